@@ -1,0 +1,61 @@
+"""The error hierarchy users and plugin authors see.
+
+``ReefError`` subclasses carry a sentence meant for a person; the CLI prints it on one
+line and exits with ``exit_code``; the server maps them to JSON error bodies.
+"""
+
+from __future__ import annotations
+
+
+class ReefError(Exception):
+    """Base of every error Reef raises on purpose."""
+
+    exit_code = 1
+
+
+class ConfigError(ReefError):
+    """The configuration is invalid: an unknown key, a wrong type, an unknown plugin name."""
+
+    exit_code = 2
+
+
+class PluginError(ReefError):
+    """A plugin failed to import or registered something invalid."""
+
+    exit_code = 2
+
+
+class StoreError(ReefError):
+    """The record store refused an operation."""
+
+
+class ConflictError(StoreError):
+    """A write conflicts with what is stored (same id, other content; stale head)."""
+
+
+class NotFoundError(StoreError):
+    """A referenced object does not exist."""
+
+
+class RuntimeCallError(ReefError):
+    """The model runtime answered with an error.
+
+    ``status`` is the HTTP status to relay; ``body`` the provider-shaped error body, when
+    the runtime gave one.
+    """
+
+    def __init__(self, message: str, *, status: int = 502, body: dict | None = None):
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+class RuntimeUnavailable(RuntimeCallError):
+    """The runtime could not be reached at all (connection refused, DNS, timeout)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, status=502)
+
+
+class PublishConflict(ConflictError):
+    """A publisher's expected head is stale: another release moved the chain first."""
