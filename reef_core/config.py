@@ -1,0 +1,213 @@
+"""Composing and validating Reef's configuration with Hydra's compose API.
+
+No ``@hydra.main``: no cwd change, no output directories, no logging takeover. Plugins add
+config groups through the ``reef_config_dir`` hook; their directories join the search path,
+so an installed recipe's ``conf/recipe/<name>.yaml`` is selectable as ``recipe=<name>``.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from omegaconf import DictConfig, OmegaConf
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import ConfigError
+from .plugins import Plugins
+
+PLUGIN_GROUPS = {
+    "recipe": "recipe",
+    "evaluator": "evaluator",
+    "runtime": "runtime",
+    "artifact_store": "artifact_store",
+}
+
+_SECRET_KEY = re.compile(r"(token|api_key|apikey|password|secret|authorization)", re.I)
+_URL_PASSWORD = re.compile(r"(?P<pre>[a-z][a-z0-9+.-]*://[^:/@\s]+:)(?P<pw>[^@\s]+)(?P<post>@)", re.I)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerSettings(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(8900, ge=0, le=65535)
+    state_dir: str = ".reef"
+    default_scenario: str = Field("default", min_length=1)
+    max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class TokenSettings(_Strict):
+    token: str = Field(min_length=1)
+    role: Literal["infer", "report", "admin"]
+    scenarios: list[str] | None = None
+
+
+class AuthSettings(_Strict):
+    tokens: list[TokenSettings] = []
+
+
+class LoopSettings(_Strict):
+    enabled: bool = True
+    schedule_s: float | None = Field(None, gt=0)
+
+
+class ScenarioSettings(_Strict):
+    recipe_options: dict[str, Any] = {}
+    evaluator: str | None = None
+    evaluator_options: dict[str, Any] = {}
+    filters: list[str] = []
+
+
+class Settings(_Strict):
+    """The validated shape of the root config (plugin groups are checked against their plugins)."""
+
+    server: ServerSettings = ServerSettings()
+    auth: AuthSettings = AuthSettings()
+    loop: LoopSettings = LoopSettings()
+    scenarios: dict[str, ScenarioSettings] = {}
+    recipe: dict[str, Any]
+    evaluator: dict[str, Any]
+    runtime: dict[str, Any]
+    record_store: dict[str, Any]
+    artifact_store: dict[str, Any]
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.server.state_dir).expanduser().resolve()
+
+    @property
+    def record_store_url(self) -> str:
+        url = self.record_store.get("url")
+        if url:
+            return str(url)
+        return f"sqlite:///{self.state_dir / 'reef.db'}"
+
+    def group(self, group: str) -> tuple[str, dict[str, Any]]:
+        """(plugin name, constructor options) of a plugin config group."""
+        data = dict(getattr(self, group))
+        name = data.pop("name", None)
+        if not name:
+            raise ConfigError(f"missing key {group}.name")
+        return str(name), data
+
+
+def conf_dir() -> Path:
+    """The built-in config directory shipped in the reef-core wheel."""
+    return Path(str(importlib.resources.files("reef_core.conf")))
+
+
+def compose(overrides: list[str] | tuple[str, ...] = (), plugins: Plugins | None = None,
+            config_file: str | Path | None = None) -> DictConfig:
+    """Compose the config from the built-in conf, plugin conf dirs and ``overrides``."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    if plugins is None:
+        from .plugins import get_plugins
+
+        plugins = get_plugins()
+    overrides = list(overrides)
+    for o in overrides:
+        if o.startswith("hydra"):
+            raise ConfigError(f"override {o!r} is not allowed: hydra.* keys are managed by Reef")
+    search = ",".join(f"file://{p}" for _, p in plugins.config_dirs)
+    if search:
+        overrides.append(f"hydra.searchpath=[{search}]")
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+            cfg = hydra_compose("config", overrides=overrides)
+        if config_file is not None:
+            extra = OmegaConf.load(config_file)
+            OmegaConf.set_struct(cfg, False)
+            cfg = OmegaConf.merge(cfg, extra)
+        OmegaConf.resolve(cfg)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(_one_line(str(exc))) from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read config: {_one_line(str(exc))}") from None
+    return cfg
+
+
+def _one_line(message: str) -> str:
+    lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
+    first = lines[0] if lines else "invalid configuration"
+    # Hydra lists the options on the following lines; keep them, compactly.
+    if "Available options" in message:
+        opts = []
+        take = False
+        for ln in lines[1:]:
+            if ln.startswith("Available options"):
+                take = True
+                continue
+            if ln.startswith("Config search path"):
+                break
+            if take:
+                opts.append(ln)
+        if opts:
+            first += f" (available: {', '.join(opts)})"
+    return first
+
+
+def validate(cfg: DictConfig, plugins: Plugins | None = None, env: dict[str, str] | None = None) -> Settings:
+    """Check ``cfg`` against the schema and the plugins it names; return typed settings."""
+    if plugins is None:
+        from .plugins import get_plugins
+
+        plugins = get_plugins()
+    data = OmegaConf.to_container(cfg, resolve=True)
+    try:
+        settings = Settings.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            raise ConfigError(f"unknown config key {key}") from None
+        raise ConfigError(f"invalid config key {key}: {err['msg']}") from None
+    env = dict(os.environ if env is None else env)
+    if env.get("REEF_TOKEN"):
+        settings.auth.tokens.append(TokenSettings(token=env["REEF_TOKEN"], role="admin"))
+    from .plugins import check_options
+
+    for group, kind in PLUGIN_GROUPS.items():
+        name, options = settings.group(group)
+        check_options(kind, name, options, plugins, prefix=group)
+    for sname, sc in settings.scenarios.items():
+        if sc.evaluator:
+            check_options("evaluator", sc.evaluator, sc.evaluator_options, plugins,
+                          prefix=f"scenarios.{sname}.evaluator_options")
+        for f in sc.filters:
+            plugins.get("record_filter", f)
+    return settings
+
+
+def load_settings(overrides: list[str] | tuple[str, ...] = (), plugins: Plugins | None = None,
+                  config_file: str | Path | None = None) -> Settings:
+    """Compose and validate in one step."""
+    return validate(compose(overrides, plugins, config_file=config_file), plugins)
+
+
+def mask_secrets(value: Any, key: str = "") -> Any:
+    """A copy of ``value`` with every secret-looking key's value and URL password masked."""
+    if isinstance(value, dict):
+        return {k: mask_secrets(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [mask_secrets(v, key) for v in value]
+    if isinstance(value, str):
+        if _SECRET_KEY.search(key) and value:
+            return "****"
+        return _URL_PASSWORD.sub(r"\g<pre>****\g<post>", value)
+    return value
+
+
+def masked_yaml(cfg: DictConfig) -> str:
+    data = OmegaConf.to_container(cfg, resolve=True)
+    return OmegaConf.to_yaml(OmegaConf.create(mask_secrets(data)))

@@ -1,0 +1,43 @@
+"""Running the app under uvicorn with Reef's settings."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+
+from ..config import Settings
+from ..plugins import Plugins
+
+log = logging.getLogger("reef")
+
+
+def effective_host(settings: Settings) -> str:
+    """With no token configured the server binds to loopback only, whatever was asked."""
+    host = settings.server.host
+    if settings.auth.tokens:
+        return host
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        log.warning("no auth token configured: binding to 127.0.0.1 instead of %s "
+                    "(set REEF_TOKEN or auth.tokens to serve other hosts)", host)
+        return "127.0.0.1"
+    log.warning("no auth token configured: anyone on this machine can use the server")
+    return host
+
+
+def run_server(settings: Settings, plugins: Plugins) -> None:
+    import uvicorn
+
+    from ..cli import configure_logging
+    from ..kernel import Reef
+    from .app import create_app
+
+    configure_logging(settings.server.log_level)
+    host = effective_host(settings)
+    reef = Reef(settings, plugins)
+    app = create_app(reef)
+    uvicorn.run(app, host=host, port=settings.server.port, log_level=settings.server.log_level,
+                access_log=False)

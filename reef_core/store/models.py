@@ -1,0 +1,149 @@
+"""Database tables (SQLModel). SQLite by default, PostgreSQL by URL.
+
+Schema changes go through Alembic migrations in ``migrations/``; never edit a table here
+without adding a migration.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import JSON, Column, Index, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+def _json(**kw: Any) -> Any:
+    return Field(default=None, sa_column=Column(JSON, **kw))
+
+
+class Record(SQLModel, table=True):
+    """One inference: what was asked, what was answered, and which release answered it."""
+
+    __tablename__ = "records"
+    __table_args__ = (
+        Index("ix_records_scenario_seq", "scenario", "seq"),
+        Index("ix_records_scenario_session", "scenario", "session"),
+    )
+
+    seq: int | None = Field(default=None, primary_key=True)
+    id: str = Field(index=True, unique=True, max_length=64)
+    scenario: str = Field(max_length=200)
+    kind: str = Field(default="inference", max_length=32)
+    session: str | None = Field(default=None, max_length=200)
+    tags: dict | None = _json()
+    created_at: datetime = Field(default_factory=utcnow)
+    finished_at: datetime | None = None
+    release_id: str | None = Field(default=None, max_length=100)
+    runtime: str | None = Field(default=None, max_length=100)
+    model: str | None = Field(default=None, max_length=200)
+    route: str | None = Field(default=None, max_length=64)
+    request: dict | None = _json()
+    response: Any = _json()
+    status: str = Field(default="ok", max_length=16)  # ok | error | incomplete
+    error: str | None = Field(default=None, sa_column=Column(Text))
+    latency_ms: float | None = None
+    usage: dict | None = _json()
+    prompt_token_ids: list | None = _json()
+    response_token_ids: list | None = _json()
+    logprobs: list | None = _json()
+    adapter: str | None = Field(default=None, max_length=200)
+    content_hash: str | None = Field(default=None, max_length=64, index=True)
+
+
+class Report(SQLModel, table=True):
+    """Feedback that quotes receipts: a score and/or feedback on an ordered trajectory."""
+
+    __tablename__ = "reports"
+    __table_args__ = (Index("ix_reports_scenario_seq", "scenario", "seq"),)
+
+    seq: int | None = Field(default=None, primary_key=True)
+    id: str = Field(index=True, unique=True, max_length=200)
+    scenario: str = Field(max_length=200)
+    score: float | None = None
+    feedback: Any = _json()
+    references: list | None = _json()
+    meta: dict | None = Field(default=None, sa_column=Column("metadata", JSON))
+    body_hash: str = Field(max_length=64)
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ReportReference(SQLModel, table=True):
+    """Which records a report quotes, in order (so a record's reports are one lookup)."""
+
+    __tablename__ = "report_references"
+
+    report_id: str = Field(primary_key=True, max_length=200)
+    position: int = Field(primary_key=True)
+    record_id: str = Field(index=True, max_length=64)
+
+
+class Consumption(SQLModel, table=True):
+    """A record or report a candidate was built from. The primary key makes consumption unique."""
+
+    __tablename__ = "consumption"
+
+    item_id: str = Field(primary_key=True, max_length=200)
+    item_kind: str = Field(max_length=16)  # record | report
+    candidate_id: str = Field(index=True, max_length=64)
+    scenario: str = Field(max_length=200)
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class CandidateRow(SQLModel, table=True):
+    """A proposed update, its evaluation and the decision taken on it."""
+
+    __tablename__ = "candidates"
+    __table_args__ = (Index("ix_candidates_scenario_created", "scenario", "created_at"),)
+
+    seq: int | None = Field(default=None, primary_key=True)
+    id: str = Field(index=True, unique=True, max_length=64)
+    scenario: str = Field(max_length=200)
+    recipe: str = Field(max_length=100)
+    base_release_id: str | None = Field(default=None, max_length=100)
+    summary: str | None = Field(default=None, sa_column=Column(Text))
+    artifact: dict | None = _json()
+    evaluation: dict | None = _json()
+    # proposed | evaluating | selected | rejected | error | conflict | published
+    status: str = Field(default="proposed", max_length=16)
+    decision: str | None = Field(default=None, max_length=16)  # select | reject | error
+    reason: str | None = Field(default=None, sa_column=Column(Text))
+    release_id: str | None = Field(default=None, max_length=100)
+    created_at: datetime = Field(default_factory=utcnow)
+    decided_at: datetime | None = None
+
+
+class Release(SQLModel, table=True):
+    """One link of a scenario's append-only release chain."""
+
+    __tablename__ = "releases"
+    __table_args__ = (UniqueConstraint("scenario", "sequence", name="uq_releases_scenario_sequence"),)
+
+    seq: int | None = Field(default=None, primary_key=True)
+    scenario: str = Field(index=True, max_length=200)
+    sequence: int
+    release_id: str = Field(index=True, unique=True, max_length=100)
+    parent_id: str | None = Field(default=None, max_length=100)
+    content_hash: str = Field(max_length=64)
+    operation: str = Field(max_length=16)  # initial | train | rollback
+    git_commit: str | None = Field(default=None, max_length=64)
+    candidate_id: str | None = Field(default=None, max_length=64)
+    evaluation: dict | None = _json()
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+def to_json(row: SQLModel) -> dict[str, Any]:
+    """A row as JSON-ready data (datetimes as ISO strings; ``meta`` shown as ``metadata``)."""
+    data = row.model_dump(mode="json")
+    if "meta" in data:
+        data["metadata"] = data.pop("meta")
+    return data

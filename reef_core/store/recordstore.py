@@ -1,0 +1,336 @@
+"""The record store: records, reports, consumption, candidates and releases.
+
+Every method is one transaction. Writes are durable when the method returns (SQLite WAL
+with ``synchronous=FULL``; PostgreSQL commit). Methods are synchronous; the server calls
+them from a thread (see ``reef_core.serve``), never on the event loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, select
+
+from ..errors import ConflictError, NotFoundError
+from .engine import make_engines, normalize_url
+from .models import CandidateRow, Consumption, Record, Release, Report, ReportReference, utcnow
+
+
+class ScenarioMismatch(ConflictError):
+    """A report quotes a receipt that belongs to another scenario."""
+
+
+class RecordStore:
+    """Typed access to Reef's tables. Safe to share between threads."""
+
+    def __init__(self, url: str, *, migrate: bool = True):
+        self.url = normalize_url(url)
+        self._writer, self._reader = make_engines(self.url)
+        if migrate:
+            from .migrate import upgrade
+
+            upgrade(self._writer)
+
+    @property
+    def dialect(self) -> str:
+        return self._writer.dialect.name
+
+    def close(self) -> None:
+        self._writer.dispose()
+        if self._reader is not self._writer:
+            self._reader.dispose()
+
+    def _write(self) -> Session:
+        return Session(self._writer, expire_on_commit=False)
+
+    def _read(self) -> Session:
+        return Session(self._reader, expire_on_commit=False)
+
+    # ------------------------------------------------------------------ records
+
+    def add_records(self, records: Sequence[Record]) -> None:
+        """Store several records in one transaction (the group-commit path)."""
+        if not records:
+            return
+        with self._write() as s:
+            s.add_all(records)
+            s.commit()
+
+    def add_record(self, record: Record) -> Record:
+        self.add_records([record])
+        return record
+
+    def get_record(self, record_id: str) -> Record | None:
+        with self._read() as s:
+            return s.exec(select(Record).where(Record.id == record_id)).first()
+
+    def get_records(self, ids: Iterable[str]) -> dict[str, Record]:
+        ids = list(ids)
+        if not ids:
+            return {}
+        with self._read() as s:
+            rows = s.exec(select(Record).where(Record.id.in_(ids))).all()
+        return {r.id: r for r in rows}
+
+    def list_records(
+        self,
+        scenario: str,
+        *,
+        kind: str | None = None,
+        status: str | None = None,
+        session: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        after_seq: int | None = None,
+        before_seq: int | None = None,
+        limit: int | None = 50,
+        newest_first: bool = False,
+    ) -> list[Record]:
+        """Records of ``scenario`` matching the filters, ordered by storage sequence."""
+        q = select(Record).where(Record.scenario == scenario)
+        if kind:
+            q = q.where(Record.kind == kind)
+        if status:
+            q = q.where(Record.status == status)
+        if session:
+            q = q.where(Record.session == session)
+        if since:
+            q = q.where(Record.created_at >= since)
+        if until:
+            q = q.where(Record.created_at < until)
+        if after_seq is not None:
+            q = q.where(Record.seq > after_seq)
+        if before_seq is not None:
+            q = q.where(Record.seq < before_seq)
+        q = q.order_by(Record.seq.desc() if newest_first else Record.seq)
+        if limit is not None:
+            q = q.limit(limit)
+        with self._read() as s:
+            return list(s.exec(q).all())
+
+    def scenario_names(self) -> list[str]:
+        with self._read() as s:
+            names = set(s.exec(select(Record.scenario).distinct()).all())
+            names |= set(s.exec(select(Report.scenario).distinct()).all())
+            names |= set(s.exec(select(Release.scenario).distinct()).all())
+        return sorted(names)
+
+    def counts(self, scenario: str) -> dict[str, Any]:
+        """Record counts by status, report count and consumption for one scenario."""
+        with self._read() as s:
+            by_status = dict(
+                s.exec(
+                    select(Record.status, func.count()).where(Record.scenario == scenario).group_by(Record.status)
+                ).all()
+            )
+            reports = s.exec(select(func.count()).select_from(Report).where(Report.scenario == scenario)).one()
+            consumed = dict(
+                s.exec(
+                    select(Consumption.item_kind, func.count())
+                    .where(Consumption.scenario == scenario)
+                    .group_by(Consumption.item_kind)
+                ).all()
+            )
+        return {
+            "records": sum(by_status.values()),
+            "records_by_status": by_status,
+            "reports": reports,
+            "consumed_records": consumed.get("record", 0),
+            "consumed_reports": consumed.get("report", 0),
+        }
+
+    # ------------------------------------------------------------------ reports
+
+    @staticmethod
+    def report_body_hash(body: dict[str, Any]) -> str:
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def add_report(self, report: Report) -> tuple[Report, bool]:
+        """Store ``report`` after checking its references; return (stored report, created).
+
+        Same id and same body: the stored report, created=False (an idempotent retry).
+        Same id, other body: ConflictError. A reference that is not a stored record of this
+        scenario: NotFoundError / ScenarioMismatch naming it. Nothing is written on error.
+        """
+        refs = list(report.references or [])
+        if len(set(refs)) != len(refs):
+            dup = next(r for r in refs if refs.count(r) > 1)
+            raise ConflictError(f"reference {dup!r} appears more than once in references")
+        existing = self.get_report(report.id)
+        if existing is not None:
+            return self._same_report(existing, report), False
+        records = self.get_records(refs)
+        for ref in refs:
+            rec = records.get(ref)
+            if rec is None:
+                raise NotFoundError(f"no record with receipt {ref!r}")
+            if rec.scenario != report.scenario:
+                raise ScenarioMismatch(
+                    f"receipt {ref!r} belongs to scenario {rec.scenario!r}, not {report.scenario!r}"
+                )
+        try:
+            with self._write() as s:
+                s.add(report)
+                for pos, ref in enumerate(refs):
+                    s.add(ReportReference(report_id=report.id, position=pos, record_id=ref))
+                s.commit()
+        except IntegrityError:
+            # A concurrent retry with the same id won the race: answer as a retry would.
+            existing = self.get_report(report.id)
+            if existing is None:
+                raise
+            return self._same_report(existing, report), False
+        return report, True
+
+    @staticmethod
+    def _same_report(existing: Report, new: Report) -> Report:
+        if existing.body_hash != new.body_hash or existing.scenario != new.scenario:
+            raise ConflictError(f"report_id {new.id!r} was already used for a different report")
+        return existing
+
+    def get_report(self, report_id: str) -> Report | None:
+        with self._read() as s:
+            return s.exec(select(Report).where(Report.id == report_id)).first()
+
+    def reports_for_records(self, record_ids: Iterable[str]) -> dict[str, list[Report]]:
+        """Reports quoting each of ``record_ids``, oldest first."""
+        ids = list(record_ids)
+        out: dict[str, list[Report]] = {i: [] for i in ids}
+        if not ids:
+            return out
+        with self._read() as s:
+            rows = s.exec(
+                select(ReportReference.record_id, Report)
+                .join(Report, Report.id == ReportReference.report_id)
+                .where(ReportReference.record_id.in_(ids))
+                .order_by(Report.seq)
+            ).all()
+        for record_id, report in rows:
+            out[record_id].append(report)
+        return out
+
+    def list_reports(self, scenario: str, *, after_seq: int | None = None, limit: int | None = None,
+                     unconsumed_only: bool = False) -> list[Report]:
+        q = select(Report).where(Report.scenario == scenario)
+        if after_seq is not None:
+            q = q.where(Report.seq > after_seq)
+        if unconsumed_only:
+            q = q.where(~Report.id.in_(select(Consumption.item_id)))
+        q = q.order_by(Report.seq)
+        if limit is not None:
+            q = q.limit(limit)
+        with self._read() as s:
+            return list(s.exec(q).all())
+
+    # ------------------------------------------------------------------ consumption
+
+    def consume(self, candidate_id: str, scenario: str, *, record_ids: Sequence[str] = (),
+                report_ids: Sequence[str] = ()) -> None:
+        """Mark records and reports as used by ``candidate_id``, all or nothing.
+
+        ConflictError when any of them was already consumed (by any candidate): nothing is
+        marked, so no record ever trains two candidates.
+        """
+        rows = [Consumption(item_id=i, item_kind="record", candidate_id=candidate_id, scenario=scenario)
+                for i in dict.fromkeys(record_ids)]
+        rows += [Consumption(item_id=i, item_kind="report", candidate_id=candidate_id, scenario=scenario)
+                 for i in dict.fromkeys(report_ids)]
+        if not rows:
+            return
+        try:
+            with self._write() as s:
+                s.add_all(rows)
+                s.commit()
+        except IntegrityError:
+            taken = self.consumed([r.item_id for r in rows])
+            raise ConflictError(
+                f"already consumed by another candidate: {', '.join(sorted(taken)) or 'unknown'}"
+            ) from None
+
+    def consumed(self, item_ids: Iterable[str]) -> set[str]:
+        ids = list(item_ids)
+        if not ids:
+            return set()
+        with self._read() as s:
+            return set(s.exec(select(Consumption.item_id).where(Consumption.item_id.in_(ids))).all())
+
+    def release_consumption(self, candidate_id: str) -> int:
+        """Forget what ``candidate_id`` consumed (its proposal failed before evaluation)."""
+        with self._write() as s:
+            rows = s.exec(select(Consumption).where(Consumption.candidate_id == candidate_id)).all()
+            for r in rows:
+                s.delete(r)
+            s.commit()
+        return len(rows)
+
+    # ------------------------------------------------------------------ candidates
+
+    def add_candidate(self, row: CandidateRow) -> CandidateRow:
+        with self._write() as s:
+            s.add(row)
+            s.commit()
+        return row
+
+    def update_candidate(self, candidate_id: str, **fields: Any) -> CandidateRow:
+        with self._write() as s:
+            row = s.exec(select(CandidateRow).where(CandidateRow.id == candidate_id)).first()
+            if row is None:
+                raise NotFoundError(f"no candidate {candidate_id!r}")
+            for k, v in fields.items():
+                setattr(row, k, v)
+            if "decision" in fields and row.decided_at is None:
+                row.decided_at = utcnow()
+            s.add(row)
+            s.commit()
+            return row
+
+    def get_candidate(self, candidate_id: str) -> CandidateRow | None:
+        with self._read() as s:
+            return s.exec(select(CandidateRow).where(CandidateRow.id == candidate_id)).first()
+
+    def list_candidates(self, scenario: str, *, status: str | None = None,
+                        limit: int | None = None) -> list[CandidateRow]:
+        q = select(CandidateRow).where(CandidateRow.scenario == scenario)
+        if status:
+            q = q.where(CandidateRow.status == status)
+        q = q.order_by(CandidateRow.seq.desc())
+        if limit is not None:
+            q = q.limit(limit)
+        with self._read() as s:
+            return list(s.exec(q).all())
+
+    # ------------------------------------------------------------------ releases
+
+    def add_release(self, row: Release) -> Release:
+        """Append a release; ConflictError when its (scenario, sequence) slot is taken."""
+        try:
+            with self._write() as s:
+                s.add(row)
+                s.commit()
+        except IntegrityError:
+            raise ConflictError(
+                f"release {row.sequence} of scenario {row.scenario!r} already exists"
+            ) from None
+        return row
+
+    def head_release(self, scenario: str) -> Release | None:
+        with self._read() as s:
+            return s.exec(
+                select(Release).where(Release.scenario == scenario).order_by(Release.sequence.desc()).limit(1)
+            ).first()
+
+    def get_release(self, release_id: str) -> Release | None:
+        with self._read() as s:
+            return s.exec(select(Release).where(Release.release_id == release_id)).first()
+
+    def list_releases(self, scenario: str, *, newest_first: bool = True) -> list[Release]:
+        order = Release.sequence.desc() if newest_first else Release.sequence
+        with self._read() as s:
+            return list(s.exec(select(Release).where(Release.scenario == scenario).order_by(order)).all())
