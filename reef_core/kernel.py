@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Callable
 
 from .config import Settings
 from .plugins import Plugins, instantiate
@@ -36,8 +36,27 @@ class Reef:
         )
         self._serving: dict[str, ActiveRelease] = {}
         self._serving_lock = asyncio.Lock()
-        #: extensions set by the learning side (harness injection, loop); see reef_core.commit
+        #: extensions set by the learning side (harness injection, start/stop hooks)
         self.extensions: dict[str, Any] = {}
+        #: in-process listeners per observer event, called after the plugins' observer hooks
+        self.listeners: dict[str, list[Callable[..., Any]]] = {}
+        from .learning import install_learning
+
+        install_learning(self)
+
+    def emit(self, event: str, **kwargs: Any) -> None:
+        """Tell observers that something became durable (``record_stored``, ``report_stored``,
+        ``candidate_evaluated``, ``release_published``). Observer errors are logged, never raised:
+        an integration must not fail a request."""
+        try:
+            getattr(self.plugins.hook, event)(**kwargs)
+        except Exception:
+            log.exception("observer hook %s failed", event)
+        for listener in self.listeners.get(event, []):
+            try:
+                listener(**kwargs)
+            except Exception:
+                log.exception("listener for %s failed", event)
 
     # ------------------------------------------------------------------ serving state
 

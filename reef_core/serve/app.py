@@ -28,4 +28,7 @@ def create_app(reef: Reef) -> FastAPI:
         """Liveness: the HTTP server is up (no auth)."""
         return {"ok": True}
 
+    from .routes_learning import router as learning_router
+
+    app.include_router(learning_router)
     return app

@@ -1,0 +1,415 @@
+"""The generation engine: one worker thread that owns the model and batches every request.
+
+Why a thread: a forward pass on CPU takes tens of milliseconds and holds the GIL only
+briefly inside torch, so running it on the asyncio loop would stall every other request
+(and the server's health checks). The worker is the *only* code that touches the model, so
+adapter loads and unloads are queued to it as commands and run between two decode steps:
+a forward never sees a half-loaded adapter.
+
+Batching is continuous: while a batch is decoding, newly arrived requests are prefilled
+together and merged into the running batch at the next step boundary (their KV caches are
+left-padded to a common length), and finished sequences leave the batch at once. When the
+engine is idle, the first request waits ``batch_window_ms`` for company so a burst of
+concurrent requests starts as one batch. Each decode step is one batched forward for all
+running rows, whatever adapter each row uses (peft's ``adapter_names`` mixed-batch forward
+when the rows' adapters differ).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from transformers import DynamicCache
+
+from .sampling import make_generator, sample_rows
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GenerationRequest:
+    """What one call asks the engine for; ``sink(kind, payload)`` receives its events.
+
+    Events, emitted from the worker thread: ``("delta", text)`` (only when ``stream``),
+    then exactly one of ``("done", GenerationResult)`` or ``("error", Exception)``.
+    ``on_leave`` runs in the worker thread once the sequence has left the batch for good
+    (finished, cancelled or failed); the runtime uses it to release its adapter hold.
+    """
+
+    prompt_ids: list[int]
+    max_new_tokens: int
+    sink: Callable[[str, Any], None]
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: list[str] = field(default_factory=list)
+    seed: int | None = None
+    adapter: str | None = None
+    stream: bool = False
+    on_leave: Callable[[], None] | None = None
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        """Ask the engine to drop this sequence at the next step (client went away)."""
+        self.cancelled = True
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str  # "stop" | "length"
+    prompt_tokens: int
+    adapter: str | None
+
+
+@dataclass
+class _Row:
+    req: GenerationRequest
+    generator: torch.Generator
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    emitted: int = 0  # characters of text already streamed
+
+    @property
+    def next_position(self) -> int:
+        return len(self.req.prompt_ids) + len(self.tokens) - 1
+
+
+class GenerationEngine:
+    """Owns ``model`` on a worker thread; ``submit`` requests, ``call`` admin functions."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, max_batch_size: int = 8, batch_window_ms: float = 8.0):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch_size = max(1, int(max_batch_size))
+        self.batch_window_s = max(0.0, float(batch_window_ms)) / 1000.0
+        self.device = next(model.parameters()).device
+        self.eos_ids = _eos_ids(model, tokenizer)
+        pad = tokenizer.pad_token_id
+        self.pad_id = int(pad if pad is not None else sorted(self.eos_ids)[0])
+        #: (kind, batch size) of every forward, newest last: "prefill" or "decode"
+        self.forward_log: deque[tuple[str, int]] = deque(maxlen=100_000)
+        self._cond = threading.Condition()
+        self._pending: deque[GenerationRequest] = deque()
+        self._commands: deque[tuple[Callable[[], Any], Future]] = deque()
+        self._rows: list[_Row] = []
+        self._cache: DynamicCache | None = None
+        self._mask: torch.Tensor | None = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="reef-torch-engine", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ public (any thread)
+
+    def submit(self, req: GenerationRequest) -> None:
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the generation engine is closed")
+            self._pending.append(req)
+            self._cond.notify()
+
+    def call(self, fn: Callable[[], Any]) -> Future:
+        """Run ``fn()`` on the worker between two decode steps; returns a Future of its result."""
+        fut: Future = Future()
+        with self._cond:
+            if self._closed:
+                fut.set_exception(RuntimeError("the generation engine is closed"))
+                return fut
+            self._commands.append((fn, fut))
+            self._cond.notify()
+        return fut
+
+    def close(self, timeout: float = 30.0) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(timeout)
+
+    @property
+    def running(self) -> int:
+        return len(self._rows)
+
+    # ------------------------------------------------------------------ worker thread
+
+    def _run(self) -> None:
+        with torch.inference_mode():
+            while True:
+                admitted = self._wait_for_work()
+                if admitted is None:
+                    break
+                self._run_commands()
+                try:
+                    if admitted:
+                        self._prefill(admitted)
+                    if self._rows:
+                        self._decode_step()
+                except Exception as exc:  # a failed forward fails its batch, not the engine
+                    log.exception("generation step failed")
+                    self._fail_all(exc)
+        self._shutdown()
+
+    def _wait_for_work(self) -> list[GenerationRequest] | None:
+        """Block until there is something to do; return requests to admit (None: closing)."""
+        with self._cond:
+            while not (self._closed or self._commands or self._pending or self._rows):
+                self._cond.wait()
+            if self._closed:
+                return None
+            if self._pending and not self._rows and self.batch_window_s > 0:
+                deadline = time.monotonic() + self.batch_window_s
+                while len(self._pending) < self.max_batch_size and not self._closed:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+            admitted = []
+            while self._pending and len(self._rows) + len(admitted) < self.max_batch_size:
+                req = self._pending.popleft()
+                if req.cancelled:
+                    self._leave(req)
+                else:
+                    admitted.append(req)
+            return admitted
+
+    def _run_commands(self) -> None:
+        while True:
+            with self._cond:
+                if not self._commands:
+                    return
+                fn, fut = self._commands.popleft()
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:
+                fut.set_exception(exc)
+
+    def _forward(self, adapters: list[str | None], **kwargs: Any) -> torch.Tensor:
+        """One forward for rows whose adapters are ``adapters``; returns last-position logits."""
+        model = self.model
+        kwargs["use_cache"] = True
+        kwargs["logits_to_keep"] = 1
+        if not hasattr(model, "peft_config"):
+            return model(**kwargs).logits[:, -1, :]
+        distinct = set(adapters)
+        if distinct == {None}:
+            with model.disable_adapter():
+                return model(**kwargs).logits[:, -1, :]
+        if len(distinct) == 1:
+            (name,) = distinct
+            if model.active_adapter != name:
+                model.set_adapter(name)
+            return model(**kwargs).logits[:, -1, :]
+        kwargs["adapter_names"] = [a if a is not None else "__base__" for a in adapters]
+        return model(**kwargs).logits[:, -1, :]
+
+    def _prefill(self, reqs: list[GenerationRequest]) -> None:
+        rows = [_Row(req=r, generator=make_generator(r.seed)) for r in reqs]
+        width = max(len(r.prompt_ids) for r in reqs)
+        ids = torch.full((len(reqs), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(reqs), width), dtype=torch.long)
+        for i, r in enumerate(reqs):
+            n = len(r.prompt_ids)
+            ids[i, width - n :] = torch.tensor(r.prompt_ids, dtype=torch.long)
+            mask[i, width - n :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=getattr(self.model, "config", None))
+        try:
+            logits = self._forward(
+                [r.adapter for r in reqs],
+                input_ids=ids.to(self.device),
+                attention_mask=mask.to(self.device),
+                position_ids=positions.to(self.device),
+                past_key_values=cache,
+            )
+        except Exception as exc:  # fail only the newcomers; the running batch is intact
+            log.exception("prefill failed")
+            for row in rows:
+                self._finish_error(row, exc)
+            return
+        self.forward_log.append(("prefill", len(reqs)))
+        self._merge(rows, cache, mask.to(self.device))
+        self._after_sampling(rows, logits)
+
+    def _decode_step(self) -> None:
+        rows = self._rows
+        ids = torch.tensor([[r.tokens[-1]] for r in rows], dtype=torch.long, device=self.device)
+        positions = torch.tensor([[r.next_position] for r in rows], dtype=torch.long, device=self.device)
+        self._mask = torch.cat([self._mask, torch.ones((len(rows), 1), dtype=torch.long, device=self.device)], 1)
+        logits = self._forward(
+            [r.req.adapter for r in rows],
+            input_ids=ids,
+            attention_mask=self._mask,
+            position_ids=positions,
+            past_key_values=self._cache,
+        )
+        self.forward_log.append(("decode", len(rows)))
+        self._after_sampling(rows, logits)
+
+    def _after_sampling(self, rows: list[_Row], logits: torch.Tensor) -> None:
+        """Sample one token for each of ``rows`` (the last rows of the batch) and retire finished ones."""
+        tokens, logprobs = sample_rows(
+            logits,
+            [r.req.temperature for r in rows],
+            [r.req.top_p for r in rows],
+            [r.generator for r in rows],
+        )
+        finished: set[int] = set()
+        for row, tok, lp in zip(rows, tokens, logprobs):
+            row.tokens.append(tok)
+            row.logprobs.append(lp)
+            if row.req.cancelled:
+                self._leave(row.req)
+                finished.add(id(row))
+            elif self._advance(row, tok):
+                finished.add(id(row))
+        for row in list(self._rows):
+            if row.req.cancelled and id(row) not in finished:
+                self._leave(row.req)
+                finished.add(id(row))
+        if finished:
+            self._drop({i for i, r in enumerate(self._rows) if id(r) in finished})
+
+    def _advance(self, row: _Row, tok: int) -> bool:
+        """Emit what the new token makes final; return True when the sequence is done."""
+        req = row.req
+        text = self.tokenizer.decode(row.tokens, skip_special_tokens=True)
+        finish = None
+        cut = len(text)
+        if req.stop:
+            hits = [i for i in (text.find(s) for s in req.stop) if i >= 0]
+            if hits:
+                cut, finish = min(hits), "stop"
+        if finish is None and tok in self.eos_ids:
+            finish = "stop"
+        if finish is None and len(row.tokens) >= req.max_new_tokens:
+            finish = "length"
+        if finish is not None:
+            text = text[:cut]
+            if req.stream and len(text) > row.emitted:
+                req.sink("delta", text[row.emitted :])
+            result = GenerationResult(
+                text=text,
+                token_ids=list(row.tokens),
+                logprobs=list(row.logprobs),
+                finish_reason=finish,
+                prompt_tokens=len(req.prompt_ids),
+                adapter=req.adapter,
+            )
+            self._leave(req)
+            req.sink("done", result)
+            return True
+        if req.stream:
+            safe = _safe_prefix_len(text, req.stop)
+            if safe > row.emitted:
+                req.sink("delta", text[row.emitted : safe])
+                row.emitted = safe
+        return False
+
+    # ------------------------------------------------------------------ batch bookkeeping
+
+    def _merge(self, rows: list[_Row], cache: DynamicCache, mask: torch.Tensor) -> None:
+        """Append freshly prefilled ``rows`` to the running batch, left-padding the shorter side."""
+        if not self._rows:
+            self._rows, self._cache, self._mask = rows, cache, mask
+            return
+        old_len, new_len = self._mask.shape[1], mask.shape[1]
+        width = max(old_len, new_len)
+        layers = []
+        for old, new in zip(self._cache.layers, cache.layers):
+            keys = torch.cat([_lpad(old.keys, width), _lpad(new.keys, width)], 0)
+            values = torch.cat([_lpad(old.values, width), _lpad(new.values, width)], 0)
+            layers.append((keys, values))
+        self._cache = DynamicCache(ddp_cache_data=layers, config=getattr(self.model, "config", None))
+        self._mask = torch.cat([_lpad(self._mask, width, dim=1), _lpad(mask, width, dim=1)], 0)
+        self._rows = self._rows + rows
+
+    def _drop(self, indices: set[int]) -> None:
+        keep = [i for i in range(len(self._rows)) if i not in indices]
+        if not keep:
+            self._rows, self._cache, self._mask = [], None, None
+            return
+        index = torch.tensor(keep, dtype=torch.long, device=self.device)
+        self._rows = [self._rows[i] for i in keep]
+        mask = self._mask[index]
+        # columns that are padding for every remaining row carry nothing: cut them off
+        start = int((mask.sum(0) > 0).nonzero()[0].item())
+        layers = [(layer.keys[index, :, start:], layer.values[index, :, start:]) for layer in self._cache.layers]
+        self._cache = DynamicCache(ddp_cache_data=layers, config=getattr(self.model, "config", None))
+        self._mask = mask[:, start:]
+
+    def _leave(self, req: GenerationRequest) -> None:
+        if req.on_leave is not None:
+            callback, req.on_leave = req.on_leave, None
+            try:
+                callback()
+            except Exception:
+                log.exception("on_leave callback failed")
+
+    def _finish_error(self, row: _Row, exc: BaseException) -> None:
+        self._leave(row.req)
+        row.req.sink("error", exc)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        for row in self._rows:
+            self._finish_error(row, exc)
+        self._rows, self._cache, self._mask = [], None, None
+
+    def _shutdown(self) -> None:
+        err = RuntimeError("the local runtime is shutting down; retry on another server")
+        for row in self._rows:
+            self._finish_error(row, err)
+        self._rows = []
+        with self._cond:
+            pending, self._pending = list(self._pending), deque()
+            commands, self._commands = list(self._commands), deque()
+        for req in pending:
+            self._leave(req)
+            req.sink("error", err)
+        for _, fut in commands:
+            if fut.set_running_or_notify_cancel():
+                fut.set_exception(err)
+
+
+def _lpad(t: torch.Tensor, width: int, dim: int = -2) -> torch.Tensor:
+    missing = width - t.shape[dim]
+    if missing <= 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = missing
+    return torch.cat([torch.zeros(shape, dtype=t.dtype, device=t.device), t], dim)
+
+
+def _safe_prefix_len(text: str, stops: list[str]) -> int:
+    """How much of ``text`` can be streamed: not a trailing partial UTF-8 character, nor a
+    suffix that might still grow into a stop string."""
+    end = len(text)
+    while end > 0 and text[end - 1] == "\ufffd":
+        end -= 1
+    hold = 0
+    for stop in stops:
+        for k in range(min(len(stop) - 1, end), 0, -1):
+            if text[end - k : end] == stop[:k]:
+                hold = max(hold, k)
+                break
+    return end - hold
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    ids: set[int] = set()
+    gen = getattr(model, "generation_config", None)
+    eos = getattr(gen, "eos_token_id", None) if gen is not None else None
+    for value in (eos, tokenizer.eos_token_id):
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    return ids

@@ -1,0 +1,5 @@
+"""Routes of the learning side: releases, candidates, rollback, grow, harness."""
+
+from fastapi import APIRouter
+
+router = APIRouter()
