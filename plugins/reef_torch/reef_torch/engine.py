@@ -17,6 +17,7 @@ when the rows' adapters differ).
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import time
@@ -93,6 +94,9 @@ class GenerationEngine:
         self.batch_window_s = max(0.0, float(batch_window_ms)) / 1000.0
         self.device = next(model.parameters()).device
         self.eos_ids = _eos_ids(model, tokenizer)
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        # transformers 5.2x renamed the forward argument past_key_values to cache
+        self._cache_kw = "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else sorted(self.eos_ids)[0])
         #: (kind, batch size) of every forward, newest last: "prefill" or "decode"
@@ -192,18 +196,20 @@ class GenerationEngine:
             except BaseException as exc:
                 fut.set_exception(exc)
 
-    def _forward(self, adapters: list[str | None], **kwargs: Any) -> torch.Tensor:
-        """One forward for rows whose adapters are ``adapters``; returns last-position logits."""
+    def _forward(self, adapters: list[str | None], cache: DynamicCache, **kwargs: Any) -> torch.Tensor:
+        """One forward for rows whose adapters are ``adapters``; returns last-position logits.
+
+        Base-model rows of a PeftModel go through peft's mixed-batch path as ``__base__``
+        rather than ``disable_adapter()``, which depends on peft's notion of an active adapter.
+        """
         model = self.model
+        kwargs[self._cache_kw] = cache
         kwargs["use_cache"] = True
         kwargs["logits_to_keep"] = 1
         if not hasattr(model, "peft_config"):
             return model(**kwargs).logits[:, -1, :]
         distinct = set(adapters)
-        if distinct == {None}:
-            with model.disable_adapter():
-                return model(**kwargs).logits[:, -1, :]
-        if len(distinct) == 1:
+        if len(distinct) == 1 and None not in distinct:
             (name,) = distinct
             if model.active_adapter != name:
                 model.set_adapter(name)
@@ -228,7 +234,7 @@ class GenerationEngine:
                 input_ids=ids.to(self.device),
                 attention_mask=mask.to(self.device),
                 position_ids=positions.to(self.device),
-                past_key_values=cache,
+                cache=cache,
             )
         except Exception as exc:  # fail only the newcomers; the running batch is intact
             log.exception("prefill failed")
@@ -249,7 +255,7 @@ class GenerationEngine:
             input_ids=ids,
             attention_mask=self._mask,
             position_ids=positions,
-            past_key_values=self._cache,
+            cache=self._cache,
         )
         self.forward_log.append(("decode", len(rows)))
         self._after_sampling(rows, logits)

@@ -1,0 +1,203 @@
+"""OpenAI chat-completions wire format: validate a request, shape responses and chunks.
+
+Only what the local runtime can honour is accepted; a parameter it cannot honour with a
+value that would change the answer (``n > 1``, penalties, ``logit_bias``, ``top_logprobs``)
+is refused with a 400 in OpenAI's error shape rather than silently ignored. Fields that do
+not change generation (``user``, ``metadata``, ``tools`` …) are accepted: tools are passed
+to the chat template, which renders them when it knows how; tool calls are not parsed.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from reef_core.errors import RuntimeCallError
+
+ROLES = {"system", "developer", "user", "assistant", "tool"}
+
+
+def invalid(message: str, param: str | None = None) -> RuntimeCallError:
+    """A 400 in OpenAI's error shape."""
+    body = {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": None}}
+    return RuntimeCallError(message, status=400, body=body)
+
+
+@dataclass
+class ChatParams:
+    messages: list[dict[str, Any]]
+    max_tokens: int | None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: list[str] = field(default_factory=list)
+    seed: int | None = None
+    stream: bool = False
+    logprobs: bool = False
+    tools: list[dict[str, Any]] | None = None
+
+
+def _number(body: dict, key: str, lo: float, hi: float, default: float) -> float:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (lo <= value <= hi):
+        raise invalid(f"'{key}' must be a number between {lo} and {hi}; got {value!r}.", key)
+    return float(value)
+
+
+def parse_chat_request(body: dict[str, Any]) -> ChatParams:
+    """Check ``body`` and return what generation needs, or raise a 400 naming the parameter."""
+    if not isinstance(body, dict):
+        raise invalid("The request body must be a JSON object.")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise invalid("'messages' must be a non-empty list of {role, content} objects.", "messages")
+    normalized = [_message(m, i) for i, m in enumerate(messages)]
+
+    n = body.get("n")
+    if n is not None and n != 1:
+        raise invalid(f"The local runtime returns one choice per request; 'n' must be 1, got {n!r}. Send n separate requests instead.", "n")
+
+    max_tokens = None
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = body.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise invalid(f"'{key}' must be a positive integer; got {value!r}.", key)
+        max_tokens = value if max_tokens is None else min(max_tokens, value)
+
+    stop = body.get("stop")
+    if stop is None:
+        stops: list[str] = []
+    elif isinstance(stop, str):
+        stops = [stop] if stop else []
+    elif isinstance(stop, list) and all(isinstance(s, str) and s for s in stop) and len(stop) <= 16:
+        stops = list(stop)
+    else:
+        raise invalid("'stop' must be a string or a list of up to 16 non-empty strings.", "stop")
+
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise invalid(f"'seed' must be an integer; got {seed!r}.", "seed")
+
+    for key in ("frequency_penalty", "presence_penalty"):
+        if body.get(key) not in (None, 0, 0.0):
+            raise invalid(f"The local runtime does not support '{key}'; leave it out or set it to 0.", key)
+    if body.get("logit_bias"):
+        raise invalid("The local runtime does not support 'logit_bias'; leave it out.", "logit_bias")
+    if body.get("top_logprobs"):
+        raise invalid("The local runtime does not return 'top_logprobs'; leave it out (logprobs: true alone works).", "top_logprobs")
+
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise invalid("'stream' must be true or false.", "stream")
+    logprobs = body.get("logprobs", False)
+    if not isinstance(logprobs, bool):
+        raise invalid("'logprobs' must be true or false.", "logprobs")
+    tools = body.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise invalid("'tools' must be a list.", "tools")
+
+    return ChatParams(
+        messages=normalized,
+        max_tokens=max_tokens,
+        temperature=_number(body, "temperature", 0.0, 2.0, 1.0),
+        top_p=_number(body, "top_p", 0.0, 1.0, 1.0) or 1.0,
+        stop=stops,
+        seed=seed,
+        stream=stream,
+        logprobs=logprobs,
+        tools=tools or None,
+    )
+
+
+def _message(m: Any, i: int) -> dict[str, Any]:
+    param = f"messages[{i}]"
+    if not isinstance(m, dict) or m.get("role") not in ROLES:
+        raise invalid(f"{param} needs a 'role' among {sorted(ROLES)}.", param)
+    content = m.get("content")
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict) and part.get("type") in ("text", "input_text") and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            else:
+                raise invalid(f"{param}.content: the local runtime takes text parts only.", f"{param}.content")
+        content = "".join(parts)
+    elif content is None:
+        content = ""
+    elif not isinstance(content, str):
+        raise invalid(f"{param}.content must be a string or a list of text parts.", f"{param}.content")
+    out = {k: v for k, v in m.items() if k != "content"}
+    out["role"] = "system" if m["role"] == "developer" else m["role"]
+    out["content"] = content
+    return out
+
+
+def new_completion_id() -> str:
+    return f"chatcmpl-{uuid.uuid4().hex[:24]}"
+
+
+def completion_body(
+    *,
+    completion_id: str,
+    model: str,
+    text: str,
+    finish_reason: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    created: int | None = None,
+    logprobs: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": created or int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": {"content": logprobs} if logprobs is not None else None,
+                "finish_reason": finish_reason,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+def chunk(
+    *,
+    completion_id: str,
+    model: str,
+    created: int,
+    delta: dict[str, Any],
+    finish_reason: str | None = None,
+    usage: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": completion_id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+    }
+    if usage is not None:
+        out["usage"] = usage
+    return out
+
+
+def token_logprobs(tokenizer: Any, token_ids: list[int], logprobs: list[float]) -> list[dict[str, Any]]:
+    """OpenAI's ``choices[].logprobs.content`` entries for the response tokens."""
+    out = []
+    for tid, lp in zip(token_ids, logprobs):
+        text = tokenizer.decode([tid], skip_special_tokens=False)
+        out.append({"token": text, "logprob": lp, "bytes": list(text.encode("utf-8")), "top_logprobs": []})
+    return out

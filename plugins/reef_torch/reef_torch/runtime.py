@@ -1,0 +1,333 @@
+"""``LocalRuntime``: serve a causal LM in-process with transformers + peft (runtime ``local``).
+
+The constructor's keyword arguments are the ``runtime=local`` config schema
+(``reef_torch/conf/runtime/local.yaml``). Heavy imports (torch, transformers, peft) happen
+in ``start()``, so loading the plugin to list it costs nothing.
+
+Adapter hot swap: ``activate(release)`` loads ``release.adapter_dir`` under the versioned
+name ``<scenario>@<release_id>`` on the engine's worker thread (between two decode steps),
+then switches the scenario's serving version atomically in the ``AdapterTable``. Requests
+in flight keep the version they started on; the retired version is deleted from the model
+once its last request leaves the batch. A release without ``adapter/`` serves the base model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from reef_core.errors import RuntimeCallError, RuntimeUnavailable
+from reef_core.runtime import Runtime
+from reef_core.types import ActiveRelease, InferenceCall
+
+from .adapter_table import AdapterTable, Version, version_name
+from .openai_format import (
+    chunk,
+    completion_body,
+    invalid,
+    new_completion_id,
+    parse_chat_request,
+    token_logprobs,
+)
+
+log = logging.getLogger(__name__)
+
+_END = object()
+
+
+class LocalRuntime(Runtime):
+    """A transformers + peft model served with dynamic batching and per-scenario LoRA adapters.
+
+    Options (``runtime=local``):
+        model: local HF model directory; empty for the embedded SmolLM2-135M-Instruct.
+        cache_dir: where the embedded model's conversion is cached
+            (default ``$REEF_MODEL_CACHE`` or ``~/.cache/reef/models``).
+        device: ``auto`` (cuda when available, else cpu), ``cpu``, ``cuda``, ``cuda:1`` …
+        dtype: ``auto`` (bfloat16 on cuda, float32 on cpu), ``float32``, ``bfloat16``, ``float16``.
+        max_batch_size: most sequences decoded together.
+        batch_window_ms: how long an idle engine waits for more requests to batch.
+        max_new_tokens_default: completion length when the request sets no max_tokens.
+
+    ``call.extras`` after a call: ``prompt_token_ids``, ``response_token_ids`` (every sampled
+    token, including the final end-of-turn token), ``logprobs`` (one per response token; see
+    ``reef_torch.sampling`` for the convention), ``logprobs_temperature`` (the temperature
+    they were taken at), ``adapter`` (``<scenario>@<release_id>`` or None for the base),
+    ``finish_reason``.
+    """
+
+    dialect = "openai"
+
+    def __init__(
+        self,
+        model: str | None = None,
+        cache_dir: str | None = None,
+        device: str = "auto",
+        dtype: str = "auto",
+        max_batch_size: int = 8,
+        batch_window_ms: float = 8.0,
+        max_new_tokens_default: int = 256,
+    ):
+        if int(max_batch_size) < 1:
+            raise ValueError("runtime.max_batch_size must be at least 1.")
+        self.model_option = model
+        self.cache_dir = cache_dir
+        self.device = device
+        self.dtype = dtype
+        self.max_batch_size = int(max_batch_size)
+        self.batch_window_ms = float(batch_window_ms)
+        self.max_new_tokens_default = int(max_new_tokens_default)
+        self.adapters = AdapterTable()
+        self.loaded = None  # reef_torch.model_loading.LoadedModel once started
+        self.engine = None  # reef_torch.engine.GenerationEngine once started
+        self._start_lock = asyncio.Lock()
+        self._activate_lock = asyncio.Lock()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        async with self._start_lock:
+            if self.engine is not None:
+                return
+            loaded = await asyncio.to_thread(self._load)
+            from .engine import GenerationEngine
+
+            self.loaded = loaded
+            self.engine = GenerationEngine(
+                loaded.model,
+                loaded.tokenizer,
+                max_batch_size=self.max_batch_size,
+                batch_window_ms=self.batch_window_ms,
+            )
+
+    def _load(self):
+        from .model_loading import load_model, resolve_model_dir
+
+        model_dir, model_id = resolve_model_dir(self.model_option, self.cache_dir)
+        return load_model(model_dir, model_id, device=self.device, dtype=self.dtype)
+
+    async def aclose(self) -> None:
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            await asyncio.to_thread(engine.close)
+
+    def models(self) -> list[str]:
+        return [self.model_id]
+
+    @property
+    def model_id(self) -> str:
+        if self.loaded is not None:
+            return self.loaded.model_id
+        if self.model_option:
+            return Path(str(self.model_option)).name
+        return "SmolLM2-135M-Instruct"
+
+    @property
+    def model_dir(self) -> Path:
+        """The HF directory served (what training loads its own copy from)."""
+        self._require_started()
+        return self.loaded.model_dir
+
+    @property
+    def tokenizer(self):
+        self._require_started()
+        return self.loaded.tokenizer
+
+    def _require_started(self) -> None:
+        if self.engine is None:
+            raise RuntimeUnavailable("The local runtime is not started; call `await runtime.start()` first.")
+
+    # ------------------------------------------------------------------ adapters
+
+    async def activate(self, release: ActiveRelease) -> None:
+        await self.start()
+        adapter_dir = release.adapter_dir
+        name = version_name(release.scenario, release.release_id) if adapter_dir is not None else None
+        async with self._activate_lock:
+            if name is not None and not self.adapters.is_loaded(name):
+                if not (adapter_dir / "adapter_config.json").is_file():
+                    raise RuntimeCallError(
+                        f"Release {release.release_id} of scenario {release.scenario!r} has an adapter/ "
+                        "directory without adapter_config.json; publish a PEFT adapter saved with "
+                        "save_pretrained().",
+                        status=500,
+                    )
+                fut = self.engine.call(lambda: self._load_adapter(name, adapter_dir))
+                try:
+                    await asyncio.wrap_future(fut)
+                except Exception as exc:
+                    raise RuntimeCallError(
+                        f"Could not load the adapter of release {release.release_id} ({adapter_dir}): {exc}. "
+                        "Check that it was trained on this runtime's base model.",
+                        status=500,
+                    ) from exc
+            stale = self.adapters.activate(release.scenario, release.release_id, name)
+        for old in stale:
+            await asyncio.wrap_future(self.engine.call(lambda old=old: self._unload_adapter(old)))
+
+    def _load_adapter(self, name: str, path: Path) -> None:
+        """Worker thread only: add adapter ``name`` to the serving model."""
+        from peft import PeftModel
+
+        engine = self.engine
+        if hasattr(engine.model, "peft_config"):
+            engine.model.load_adapter(str(path), adapter_name=name, is_trainable=False)
+        else:
+            engine.model = PeftModel.from_pretrained(engine.model, str(path), adapter_name=name, is_trainable=False)
+        engine.model.eval()
+        log.info("loaded adapter %s from %s", name, path)
+
+    def _unload_adapter(self, name: str) -> None:
+        """Worker thread only: delete adapter ``name`` (no request holds it any more)."""
+        engine = self.engine
+        model = engine.model
+        if name in getattr(model, "peft_config", {}):
+            model.delete_adapter(name)
+            log.info("unloaded adapter %s", name)
+            if not model.peft_config:  # no adapter left: serve the plain model at full speed again
+                engine.model = model.unload()
+                engine.model.eval()
+
+    def serving(self) -> dict[str, dict]:
+        """Scenario → ``{release_id, adapter, holds}`` served now (for status pages and tests)."""
+        return self.adapters.snapshot()
+
+    # ------------------------------------------------------------------ inference
+
+    async def complete(self, call: InferenceCall) -> dict[str, Any]:
+        params, handle, queue = await self._submit(call)
+        created = int(time.time())
+        try:
+            while True:
+                kind, payload = await queue.get()
+                if kind == "error":
+                    raise _as_call_error(payload)
+                if kind == "done":
+                    break
+        except BaseException:
+            handle.cancel()
+            raise
+        result = payload
+        self._fill_extras(call, handle, result)
+        lp = token_logprobs(self.tokenizer, result.token_ids, result.logprobs) if params.logprobs else None
+        return completion_body(
+            completion_id=new_completion_id(),
+            model=self.model_id,
+            text=result.text,
+            finish_reason=result.finish_reason,
+            prompt_tokens=result.prompt_tokens,
+            completion_tokens=len(result.token_ids),
+            created=created,
+            logprobs=lp,
+        )
+
+    def stream(self, call: InferenceCall) -> AsyncIterator[dict[str, Any]]:
+        return self._stream(call)
+
+    async def _stream(self, call: InferenceCall) -> AsyncIterator[dict[str, Any]]:
+        params, handle, queue = await self._submit(call, stream=True)
+        cid, created, model = new_completion_id(), int(time.time()), self.model_id
+        try:
+            yield chunk(completion_id=cid, model=model, created=created, delta={"role": "assistant", "content": ""})
+            while True:
+                kind, payload = await queue.get()
+                if kind == "delta":
+                    yield chunk(completion_id=cid, model=model, created=created, delta={"content": payload})
+                elif kind == "error":
+                    raise _as_call_error(payload)
+                else:
+                    result = payload
+                    self._fill_extras(call, handle, result)
+                    n = len(result.token_ids)
+                    usage = {"prompt_tokens": result.prompt_tokens, "completion_tokens": n, "total_tokens": result.prompt_tokens + n}
+                    yield chunk(
+                        completion_id=cid, model=model, created=created, delta={}, finish_reason=result.finish_reason, usage=usage
+                    )
+                    return
+        finally:
+            handle.cancel()  # no-op when finished; stops decoding when the client went away
+
+    async def _submit(self, call: InferenceCall, stream: bool = False):
+        from .engine import GenerationRequest
+
+        await self.start()
+        params = parse_chat_request(call.body)
+        prompt_ids = self._prompt_ids(params)
+        limit = self._context_limit()
+        if len(prompt_ids) >= limit:
+            raise invalid(
+                f"The prompt is {len(prompt_ids)} tokens; this model's context is {limit}. Shorten the conversation.",
+                "messages",
+            )
+        max_new = min(params.max_tokens or self.max_new_tokens_default, limit - len(prompt_ids))
+        release_id = call.release.release_id if call.release is not None and call.release.scenario == call.scenario else None
+        version = self.adapters.acquire(call.scenario, release_id)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+
+        def sink(kind: str, payload: Any) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, (kind, payload))
+            except RuntimeError:  # the loop is gone: nobody is waiting any more
+                pass
+
+        req = GenerationRequest(
+            prompt_ids=prompt_ids,
+            max_new_tokens=max_new,
+            sink=sink,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            stop=params.stop,
+            seed=params.seed,
+            adapter=version.adapter,
+            stream=stream,
+            on_leave=lambda: self._release(version),
+        )
+        try:
+            self.engine.submit(req)
+        except RuntimeError as exc:
+            req.on_leave = None
+            self._release(version)
+            raise RuntimeUnavailable(f"The local runtime is shutting down ({exc}); retry shortly.") from exc
+        call.extras["prompt_token_ids"] = prompt_ids
+        call.extras["adapter"] = version.adapter
+        return params, req, queue
+
+    def _release(self, version: Version) -> None:
+        """Called from the worker thread when a request leaves the batch."""
+        for name in self.adapters.release(version):
+            self._unload_adapter(name)
+
+    def _prompt_ids(self, params) -> list[int]:
+        tok = self.tokenizer
+        try:
+            text = tok.apply_chat_template(
+                params.messages, tools=params.tools, add_generation_prompt=True, tokenize=False
+            )
+        except Exception as exc:
+            raise invalid(f"The chat template could not render these messages: {exc}", "messages") from exc
+        return tok(text, add_special_tokens=False)["input_ids"]
+
+    def _context_limit(self) -> int:
+        cfg = self.engine.model.config
+        return int(getattr(cfg, "max_position_embeddings", None) or 4096)
+
+    def _fill_extras(self, call: InferenceCall, handle, result) -> None:
+        call.extras.update(
+            {
+                "response_token_ids": result.token_ids,
+                "logprobs": result.logprobs,
+                "logprobs_temperature": handle.temperature if handle.temperature > 0 else 1.0,
+                "adapter": result.adapter,
+                "finish_reason": result.finish_reason,
+            }
+        )
+
+
+def _as_call_error(exc: BaseException) -> RuntimeCallError:
+    if isinstance(exc, RuntimeCallError):
+        return exc
+    message = f"The local model failed while generating: {exc}"
+    return RuntimeCallError(message, status=500, body={"error": {"message": message, "type": "server_error", "param": None, "code": None}})
