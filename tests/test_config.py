@@ -1,0 +1,98 @@
+"""Hydra composition, validation with one-line errors, secret masking."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from reef_core.config import compose, load_settings, mask_secrets, masked_yaml
+from reef_core.errors import ConfigError
+
+
+def test_defaults_compose_to_the_documented_keys(tmp_path):
+    s = load_settings([f"server.state_dir={tmp_path}"])
+    assert s.server.port == 8900 and s.server.host == "127.0.0.1"
+    assert s.server.default_scenario == "default"
+    assert s.group("recipe")[0] == "basic"
+    assert s.group("runtime")[0] == "upstream"
+    assert s.group("artifact_store")[0] == "git"
+    assert s.record_store_url == f"sqlite:///{tmp_path / 'reef.db'}"
+
+
+def test_overrides_and_per_scenario_settings(tmp_path):
+    s = load_settings([
+        "server.port=9001",
+        "runtime.upstream_url=http://127.0.0.1:1/v1",
+        "+scenarios.support.evaluator=always",
+        "+scenarios.support.recipe_options.batch_size=3",
+    ])
+    assert s.server.port == 9001
+    assert s.runtime["upstream_url"] == "http://127.0.0.1:1/v1"
+    assert s.scenarios["support"].evaluator == "always"
+    assert s.scenarios["support"].recipe_options == {"batch_size": 3}
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("server.nope=1", "server.nope"),
+        ("+server.nope=1", "server.nope"),
+        ("server.port=notanumber", "server.port"),
+        ("+runtime.bogus=1", "runtime.bogus"),
+        ("recipe=no_such_recipe", "no_such_recipe"),
+        ("auth.tokens=[{token: x, role: superuser}]", "auth.tokens.0.role"),
+        ("+scenarios.x.evaluator=no_such_eval", "no_such_eval"),
+    ],
+)
+def test_invalid_config_names_the_key(override, key):
+    with pytest.raises(ConfigError) as err:
+        load_settings([override])
+    assert key in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_env_interpolation_and_reef_token(monkeypatch):
+    monkeypatch.setenv("REEF_UPSTREAM_API_KEY", "sk-secret-123")
+    monkeypatch.setenv("REEF_TOKEN", "admintoken")
+    s = load_settings([])
+    assert s.runtime["api_key"] == "sk-secret-123"
+    assert [(t.token, t.role) for t in s.auth.tokens] == [("admintoken", "admin")]
+
+
+def test_masking_hides_every_secret(monkeypatch):
+    monkeypatch.setenv("REEF_UPSTREAM_API_KEY", "sk-secret-123")
+    monkeypatch.setenv("REEF_DATABASE_URL", "postgresql://me:pg-pass@db/reef")
+    cfg = compose(["auth.tokens=[{token: tok-abc, role: infer}]", "record_store=postgres"])
+    text = masked_yaml(cfg)
+    for secret in ("sk-secret-123", "tok-abc", "pg-pass"):
+        assert secret not in text
+    assert "****" in text and "role: infer" in text
+    assert mask_secrets({"nested": {"Authorization": "Bearer x"}}) == {"nested": {"Authorization": "****"}}
+
+
+def test_config_file_merges_over_defaults(tmp_path):
+    f = tmp_path / "reef.yaml"
+    f.write_text("server:\n  port: 9100\n")
+    assert load_settings([], config_file=f).server.port == 9100
+    f.write_text("server:\n  bogus: 1\n")
+    with pytest.raises(ConfigError, match="server.bogus"):
+        load_settings([], config_file=f)
+
+
+def test_cli_exits_2_with_one_line_for_bad_config(tmp_path):
+    env = {**os.environ, "REEF_UPSTREAM_API_KEY": "sk-secret-123"}
+    bad = subprocess.run([sys.executable, "-m", "reef_core", "config", "server.nope=1"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().count("\n") == 0 and "server.nope" in bad.stderr
+    ok = subprocess.run([sys.executable, "-m", "reef_core", "config"],
+                        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert "sk-secret-123" not in ok.stdout and "api_key: '****'" in ok.stdout
+    printed = subprocess.run([sys.executable, "-m", "reef_core", "serve", "--cfg", "job", "server.port=9200"],
+                             capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert printed.returncode == 0 and "port: 9200" in printed.stdout
+    assert "sk-secret-123" not in printed.stdout

@@ -1,0 +1,171 @@
+"""Plugin loading: entry points, REEF_PLUGINS, validation of what plugins register."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from reef_core import hookspecs
+from reef_core.errors import PluginError
+from reef_core.plugins import builtin_modules, load_plugins
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "reef-recipe-few-shot"
+
+
+def test_every_hook_is_documented():
+    specs = [
+        (name, fn) for name, fn in vars(hookspecs).items()
+        if callable(fn) and hasattr(fn, "reef_spec")
+    ]
+    assert len(specs) >= 12
+    undocumented = [name for name, fn in specs if not (inspect.getdoc(fn) or "").strip()]
+    assert undocumented == []
+
+
+def test_every_hook_implementation_matches_a_spec():
+    # load_plugins runs pm.check_pending(): an impl whose name matches no hook fails there
+    plugins = load_plugins(env={"REEF_PLUGINS": ""})
+    assert plugins.pm.get_plugins()
+
+
+def test_builtins_register_like_third_party_plugins():
+    plugins = load_plugins(env={"REEF_PLUGINS": ""})
+    names = {p["name"] for p in plugins.describe()}
+    assert set(builtin_modules()) <= names
+    assert "basic" in plugins.names("recipe")
+    reg = plugins.registry["recipe"]["basic"]
+    assert reg.plugin == "reef_core.builtins.basic"
+
+
+def _fake_dist(site: Path, name: str, module_source: str) -> None:
+    """Make ``site`` hold an installed distribution with a ``reef`` entry point, as pip would."""
+    (site / f"{name}.py").write_text(textwrap.dedent(module_source))
+    info = site / f"{name}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[reef]\n{name} = {name}\n")
+    (info / "RECORD").write_text("")
+
+
+def _reef(site: Path | None, *args: str, env_extra: dict[str, str] | None = None, cwd: Path | None = None):
+    env = {k: v for k, v in os.environ.items() if k != "REEF_PLUGINS"}
+    if site is not None:
+        env["PYTHONPATH"] = str(site)
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "reef_core", *args], env=env, capture_output=True,
+                          text=True, timeout=120, cwd=cwd)
+
+
+BROKEN = {
+    "raises_on_import": "raise RuntimeError('boom at import')\n",
+    "duplicate_name": """
+        from reef_core import hookimpl
+
+        class Other:
+            update_target = "none"; filters = (); batch_size = 0; default_evaluator = "always"
+            def propose(self, batch, current, ctx):
+                return None
+
+        @hookimpl
+        def register_recipes(register):
+            register("basic", Other)
+        """,
+    "missing_method": """
+        from reef_core import hookimpl
+
+        class NoPropose:
+            update_target = "none"; filters = (); batch_size = 0; default_evaluator = "always"
+
+        @hookimpl
+        def register_recipes(register):
+            register("nopropose", NoPropose)
+        """,
+    "unknown_hook": """
+        from reef_core import hookimpl
+
+        @hookimpl
+        def register_reciepes(register):
+            pass
+        """,
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_broken_plugin_fails_with_one_line_naming_it(tmp_path, name):
+    _fake_dist(tmp_path, name, BROKEN[name])
+    result = _reef(tmp_path, "plugins")
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert name in lines[0] and lines[0].startswith("Error: ")
+    assert "Traceback" not in result.stderr
+
+
+def test_broken_plugin_is_not_loaded_when_not_allowed(tmp_path):
+    _fake_dist(tmp_path, "raises_on_import", BROKEN["raises_on_import"])
+    result = _reef(tmp_path, "plugins", "--json", env_extra={"REEF_PLUGINS": ""})
+    assert result.returncode == 0, result.stderr
+    assert "raises_on_import" not in {p["name"] for p in json.loads(result.stdout)}
+
+
+def test_unknown_name_in_reef_plugins_is_an_error(tmp_path):
+    result = _reef(None, "plugins", env_extra={"REEF_PLUGINS": "no_such_plugin"})
+    assert result.returncode == 2
+    assert "no_such_plugin" in result.stderr
+
+
+def test_in_process_errors_are_plugin_errors(tmp_path, monkeypatch):
+    _fake_dist(tmp_path, "missing_method", BROKEN["missing_method"])
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(PluginError, match="missing_method.*propose"):
+        load_plugins(env={})
+
+
+@pytest.fixture(scope="module")
+def example_site(tmp_path_factory) -> Path:
+    """The example third-party plugin, installed with pip into its own directory."""
+    site = tmp_path_factory.mktemp("site")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+         "--target", str(site), str(EXAMPLE)],
+        check=True, capture_output=True, timeout=300,
+    )
+    return site
+
+
+def test_example_plugin_is_listed_and_selectable(example_site, tmp_path):
+    listed = _reef(example_site, "plugins", "--json")
+    assert listed.returncode == 0, listed.stderr
+    info = {p["name"]: p for p in json.loads(listed.stdout)}
+    assert info["few_shot"]["registered"] == {"recipe": ["few_shot"]}
+    assert info["few_shot"]["version"] == "0.1.0"
+
+    cfg = _reef(example_site, "config", "recipe=few_shot", "recipe.max_examples=2", cwd=tmp_path)
+    assert cfg.returncode == 0, cfg.stderr
+    assert "name: few_shot" in cfg.stdout and "max_examples: 2" in cfg.stdout
+
+    bad = _reef(example_site, "config", "recipe=few_shot", "+recipe.bogus=1", cwd=tmp_path)
+    assert bad.returncode == 2 and "recipe.bogus" in bad.stderr
+
+
+def test_example_plugin_not_loaded_with_empty_reef_plugins(example_site, tmp_path):
+    listed = _reef(example_site, "plugins", "--json", env_extra={"REEF_PLUGINS": ""})
+    assert "few_shot" not in {p["name"] for p in json.loads(listed.stdout)}
+    cfg = _reef(example_site, "config", "recipe=few_shot", env_extra={"REEF_PLUGINS": ""}, cwd=tmp_path)
+    assert cfg.returncode == 2
+    assert "few_shot" in cfg.stderr and len(cfg.stderr.strip().splitlines()) == 1
+
+
+def test_hookspec_module_is_small_and_flat():
+    tree = ast.parse(Path(hookspecs.__file__).read_text())
+    funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    assert all(len(f.body) == 1 for f in funcs)  # a docstring and nothing else
