@@ -79,3 +79,45 @@ def release(scenario: str, release_id: str, root: Path, adapter_from: Path | Non
     else:
         (path / "harness").mkdir(exist_ok=True)
     return ActiveRelease(scenario=scenario, release_id=release_id, path=path)
+
+
+class Gate:
+    """Pause the engine's worker right after it sampled a token for a row matching ``when``.
+
+    Tests use it to hold a sequence in flight deterministically (no timing): while paused,
+    the batch is frozen mid-generation; ``open()`` lets it continue."""
+
+    def __init__(self, engine, when):
+        import threading
+
+        self.reached = threading.Event()
+        self._release = threading.Event()
+        inner = engine._advance
+
+        def advance(row, tok):
+            done = inner(row, tok)
+            if not self.reached.is_set() and when(row):
+                self.reached.set()
+                self._release.wait(60)
+            return done
+
+        engine._advance = advance
+
+    async def wait(self) -> None:
+        import asyncio
+
+        assert await asyncio.to_thread(self.reached.wait, 60), "the engine never reached the gate"
+
+    def open(self) -> None:
+        self._release.set()
+
+
+async def wait_until(predicate, what: str) -> None:
+    """Poll ``predicate`` (cheap, no model work) until true; fail after many tries."""
+    import asyncio
+
+    for _ in range(6000):
+        if predicate():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"timed out waiting until {what}")

@@ -1,0 +1,109 @@
+"""Request validation, response shapes and adapter bookkeeping (no model needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from reef_core.errors import RuntimeCallError
+from reef_torch.adapter_table import AdapterTable
+from reef_torch.engine import _safe_prefix_len
+from reef_torch.openai_format import completion_body, parse_chat_request
+
+USER = [{"role": "user", "content": "hi"}]
+
+
+def test_defaults_and_normalization():
+    p = parse_chat_request({"messages": [{"role": "developer", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}, *USER]})
+    assert p.messages[0] == {"role": "system", "content": "ab"}
+    assert (p.temperature, p.top_p, p.max_tokens, p.stop, p.seed, p.stream) == (1.0, 1.0, None, [], None, False)
+
+
+def test_max_completion_tokens_and_stop_string():
+    p = parse_chat_request({"messages": USER, "max_tokens": 50, "max_completion_tokens": 7, "stop": "\n"})
+    assert p.max_tokens == 7 and p.stop == ["\n"]
+
+
+@pytest.mark.parametrize(
+    "extra, param",
+    [
+        ({"n": 2}, "n"),
+        ({"temperature": 3}, "temperature"),
+        ({"temperature": True}, "temperature"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_completion_tokens": "9"}, "max_completion_tokens"),
+        ({"stop": ["ok", ""]}, "stop"),
+        ({"stop": 5}, "stop"),
+        ({"seed": 1.5}, "seed"),
+        ({"frequency_penalty": 0.5}, "frequency_penalty"),
+        ({"logit_bias": {"1": 3}}, "logit_bias"),
+        ({"top_logprobs": 3}, "top_logprobs"),
+        ({"stream": "yes"}, "stream"),
+    ],
+)
+def test_invalid_parameters_are_400_in_openai_shape(extra, param):
+    with pytest.raises(RuntimeCallError) as info:
+        parse_chat_request({"messages": USER, **extra})
+    err = info.value
+    assert err.status == 400
+    assert err.body["error"]["type"] == "invalid_request_error"
+    assert err.body["error"]["param"] == param
+    assert err.body["error"]["message"]
+
+
+@pytest.mark.parametrize("messages", [None, [], [{"role": "robot", "content": "x"}], [{"role": "user", "content": 3}],
+                                      [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]])
+def test_bad_messages(messages):
+    with pytest.raises(RuntimeCallError) as info:
+        parse_chat_request({"messages": messages})
+    assert info.value.status == 400
+
+
+def test_completion_body_shape():
+    body = completion_body(completion_id="chatcmpl-x", model="m", text="hi", finish_reason="stop", prompt_tokens=3, completion_tokens=2)
+    assert set(body) == {"id", "object", "created", "model", "choices", "usage"}
+    assert body["object"] == "chat.completion"
+    assert body["choices"][0]["message"] == {"role": "assistant", "content": "hi"}
+    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+
+
+def test_stream_holds_back_possible_stop_prefix_and_partial_utf8():
+    assert _safe_prefix_len("hello wo", ["world"]) == len("hello ")
+    assert _safe_prefix_len("hello", ["xyz"]) == 5
+    assert _safe_prefix_len("ab\ufffd", []) == 2
+
+
+def test_adapter_table_switch_and_drain():
+    t = AdapterTable()
+    base = t.acquire("s")
+    assert base.adapter is None
+    assert t.activate("s", "r1", "s@r1") == []
+    v1 = t.acquire("s")
+    assert v1.adapter == "s@r1"
+    assert t.release(base) == []  # base never needs unloading
+    assert t.activate("s", "r2", "s@r2") == []  # r1 still held by a request
+    assert t.is_loaded("s@r1")
+    assert t.acquire("s").adapter == "s@r2"
+    assert t.release(v1) == ["s@r1"]  # last hold gone: unload now
+    assert not t.is_loaded("s@r1")
+
+
+def test_adapter_table_honours_frozen_release_while_resident():
+    t = AdapterTable()
+    t.activate("s", "r1", "s@r1")
+    held = t.acquire("s")
+    t.activate("s", "r2", "s@r2")
+    frozen = t.acquire("s", "r1")
+    assert frozen.adapter == "s@r1"  # still draining: the record's release wins
+    assert t.release(held) == []
+    assert t.release(frozen) == ["s@r1"]
+    assert t.acquire("s", "r1").adapter == "s@r2"  # gone: fall back to the serving version
+
+
+def test_adapter_table_retired_unused_version_unloads_at_once_and_scenarios_are_separate():
+    t = AdapterTable()
+    t.activate("a", "r1", "a@r1")
+    t.activate("b", "r1", "b@r1")
+    assert t.activate("a", "r2", None) == ["a@r1"]
+    assert t.acquire("a").adapter is None
+    assert t.acquire("b").adapter == "b@r1"
