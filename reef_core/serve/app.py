@@ -2,33 +2,55 @@
 
 from __future__ import annotations
 
+import logging
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
 from ..kernel import Reef
+from .errors import install_error_handlers
+from .limits import BodyLimitMiddleware
+from .metrics import Metrics
+from .state import ServeState
+
+log = logging.getLogger("reef.serve")
 
 
 def create_app(reef: Reef) -> FastAPI:
-    """Build the app serving ``reef``; the kernel starts and stops with the app."""
+    """Build the app serving ``reef``; the kernel and the record writer start and stop with it.
+
+    Each app has its own metrics registry, so one process may build many apps (tests).
+    """
+    state = ServeState.build(reef, Metrics())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         await reef.start()
+        state.writer.start()
+        state.started = True
         try:
             yield
         finally:
+            state.started = False
+            # uvicorn has finished the requests in flight: flush their records, then stop.
+            state.writer.close()
             await reef.stop()
 
-    app = FastAPI(title="Reef", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(title="Reef", version="0.1.0", lifespan=lifespan,
+                  description="OpenAI- and Anthropic-compatible inference that records every request "
+                              "as attributable experience and learns from feedback quoting receipts.")
     app.state.reef = reef
+    app.state.serve = state
+    install_error_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=reef.settings.server.max_body_bytes)
 
-    @app.get("/healthz", tags=["ops"])
-    async def healthz() -> dict:
-        """Liveness: the HTTP server is up (no auth)."""
-        return {"ok": True}
-
+    from .routes_inference import router as inference_router
     from .routes_learning import router as learning_router
+    from .routes_ops import router as ops_router
+    from .routes_reef import router as reef_router
 
+    app.include_router(ops_router)
+    app.include_router(inference_router)
+    app.include_router(reef_router)
     app.include_router(learning_router)
     return app

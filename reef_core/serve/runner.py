@@ -29,6 +29,11 @@ def effective_host(settings: Settings) -> str:
 
 
 def run_server(settings: Settings, plugins: Plugins) -> None:
+    """Serve until interrupted: one uvicorn worker (uvloop and httptools when installed).
+
+    A runtime that cannot serve as configured (e.g. ``upstream`` without ``upstream_url``)
+    is a ``ConfigError`` before anything binds, which the CLI prints as one line.
+    """
     import uvicorn
 
     from ..cli import configure_logging
@@ -38,6 +43,11 @@ def run_server(settings: Settings, plugins: Plugins) -> None:
     configure_logging(settings.server.log_level)
     host = effective_host(settings)
     reef = Reef(settings, plugins)
+    problem = getattr(reef.runtime, "config_problem", None)
+    if callable(problem) and problem():
+        from ..errors import ConfigError
+
+        raise ConfigError(problem())
     app = create_app(reef)
     uvicorn.run(app, host=host, port=settings.server.port, log_level=settings.server.log_level,
-                access_log=False)
+                access_log=False, timeout_graceful_shutdown=30)

@@ -1,0 +1,293 @@
+"""Request bodies: OpenAI Chat Completions ⇄ Anthropic Messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import jsonfast
+from ..errors import ClientError
+
+#: max_tokens sent to an Anthropic upstream when an OpenAI client set none (Anthropic requires it)
+DEFAULT_MAX_TOKENS = 4096
+
+
+def translate_request(body: dict[str, Any], source: str, target: str, *,
+                      default_max_tokens: int = DEFAULT_MAX_TOKENS) -> dict[str, Any]:
+    """``body`` (in ``source`` dialect) as a ``target`` dialect request body."""
+    if source == target:
+        return body
+    if source == "openai" and target == "anthropic":
+        return openai_to_anthropic(body, default_max_tokens=default_max_tokens)
+    if source == "anthropic" and target == "openai":
+        return anthropic_to_openai(body)
+    raise ValueError(f"cannot translate requests from {source!r} to {target!r}")
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _text_of(content: Any) -> str:
+    """Plain text of an OpenAI or Anthropic content value (string or list of parts)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for p in content:
+            if isinstance(p, str):
+                parts.append(p)
+            elif isinstance(p, dict) and p.get("type") in ("text", "input_text", "output_text"):
+                parts.append(str(p.get("text", "")))
+        return "\n".join(parts)
+    return str(content)
+
+
+def _parse_arguments(arguments: Any) -> dict[str, Any]:
+    """OpenAI tool-call arguments (a JSON string) as an Anthropic ``input`` object."""
+    if isinstance(arguments, dict):
+        return arguments
+    if not arguments:
+        return {}
+    try:
+        value = jsonfast.loads(arguments)
+    except ValueError:
+        raise ClientError(f"tool call arguments are not valid JSON: {str(arguments)[:200]!r}") from None
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def _dump_arguments(value: Any) -> str:
+    return jsonfast.dumps(value if value is not None else {}).decode()
+
+
+# ---------------------------------------------------------------------------- OpenAI -> Anthropic
+
+
+def _openai_part_to_block(part: Any) -> dict[str, Any] | None:
+    if isinstance(part, str):
+        return {"type": "text", "text": part}
+    if not isinstance(part, dict):
+        return None
+    kind = part.get("type")
+    if kind == "text":
+        return {"type": "text", "text": str(part.get("text", ""))}
+    if kind == "image_url":
+        url = part.get("image_url")
+        url = url.get("url") if isinstance(url, dict) else url
+        if not isinstance(url, str):
+            return None
+        if url.startswith("data:") and ";base64," in url:
+            media, data = url[5:].split(";base64,", 1)
+            return {"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}
+        return {"type": "image", "source": {"type": "url", "url": url}}
+    return None
+
+
+def _openai_content_blocks(content: Any) -> list[dict[str, Any]]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    if isinstance(content, list):
+        return [b for b in (_openai_part_to_block(p) for p in content) if b is not None]
+    return [{"type": "text", "text": str(content)}]
+
+
+def openai_to_anthropic(body: dict[str, Any], *, default_max_tokens: int = DEFAULT_MAX_TOKENS) -> dict[str, Any]:
+    if (body.get("n") or 1) > 1:
+        raise ClientError("n > 1 is not supported when the upstream speaks the Anthropic dialect", param="n")
+    system: list[str] = []
+    messages: list[dict[str, Any]] = []
+
+    def append(role: str, blocks: list[dict[str, Any]]) -> None:
+        if not blocks:
+            return
+        if messages and messages[-1]["role"] == role:  # Anthropic wants roles to alternate
+            messages[-1]["content"].extend(blocks)
+        else:
+            messages.append({"role": role, "content": blocks})
+
+    for i, m in enumerate(body.get("messages") or []):
+        if not isinstance(m, dict):
+            raise ClientError(f"messages[{i}] must be an object", param=f"messages.{i}")
+        role = m.get("role")
+        if role in ("system", "developer"):
+            text = _text_of(m.get("content"))
+            if text:
+                system.append(text)
+        elif role == "user":
+            append("user", _openai_content_blocks(m.get("content")))
+        elif role == "assistant":
+            blocks = _openai_content_blocks(m.get("content"))
+            for tc in m.get("tool_calls") or []:
+                fn = tc.get("function") or {}
+                blocks.append({"type": "tool_use", "id": tc.get("id") or f"toolu_{i}",
+                               "name": fn.get("name", ""), "input": _parse_arguments(fn.get("arguments"))})
+            fc = m.get("function_call")
+            if isinstance(fc, dict):
+                blocks.append({"type": "tool_use", "id": f"toolu_fc_{i}", "name": fc.get("name", ""),
+                               "input": _parse_arguments(fc.get("arguments"))})
+            append("assistant", blocks)
+        elif role in ("tool", "function"):
+            content = m.get("content")
+            result: Any = content if isinstance(content, str) else _openai_content_blocks(content)
+            append("user", [{"type": "tool_result", "tool_use_id": m.get("tool_call_id") or m.get("name", ""),
+                             "content": result}])
+        else:
+            raise ClientError(f"messages[{i}].role {role!r} is not one of system, developer, user, "
+                              f"assistant, tool", param=f"messages.{i}.role")
+
+    out: dict[str, Any] = {"model": body.get("model"), "messages": messages}
+    if system:
+        out["system"] = "\n\n".join(system)
+    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or default_max_tokens
+    out["max_tokens"] = max_tokens
+    for key in ("temperature", "top_p", "stream"):
+        if body.get(key) is not None:
+            out[key] = body[key]
+    stop = body.get("stop")
+    if stop:
+        out["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
+    tools = body.get("tools")
+    if tools:
+        out["tools"] = []
+        for t in tools:
+            fn = t.get("function") or {}
+            tool = {"name": fn.get("name", ""), "input_schema": fn.get("parameters") or {"type": "object", "properties": {}}}
+            if fn.get("description"):
+                tool["description"] = fn["description"]
+            out["tools"].append(tool)
+    choice = body.get("tool_choice")
+    tc_out: dict[str, Any] | None = None
+    if choice == "auto":
+        tc_out = {"type": "auto"}
+    elif choice == "none":
+        tc_out = {"type": "none"}
+    elif choice == "required":
+        tc_out = {"type": "any"}
+    elif isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name")
+        if name:
+            tc_out = {"type": "tool", "name": name}
+    if body.get("parallel_tool_calls") is False and tools:
+        tc_out = tc_out or {"type": "auto"}
+        if tc_out["type"] != "none":
+            tc_out["disable_parallel_tool_use"] = True
+    if tc_out and tools:
+        out["tool_choice"] = tc_out
+    if body.get("user"):
+        out["metadata"] = {"user_id": str(body["user"])}
+    return out
+
+
+# ---------------------------------------------------------------------------- Anthropic -> OpenAI
+
+
+def _anthropic_block_to_part(block: Any) -> dict[str, Any] | None:
+    if isinstance(block, str):
+        return {"type": "text", "text": block}
+    if not isinstance(block, dict):
+        return None
+    kind = block.get("type")
+    if kind == "text":
+        return {"type": "text", "text": str(block.get("text", ""))}
+    if kind == "image":
+        src = block.get("source") or {}
+        if src.get("type") == "base64":
+            return {"type": "image_url",
+                    "image_url": {"url": f"data:{src.get('media_type', 'image/png')};base64,{src.get('data', '')}"}}
+        if src.get("type") == "url":
+            return {"type": "image_url", "image_url": {"url": src.get("url", "")}}
+    return None
+
+
+def _openai_content(parts: list[dict[str, Any]]) -> Any:
+    """Collapse all-text parts to one string (what every OpenAI-compatible server accepts)."""
+    if all(p["type"] == "text" for p in parts):
+        return "\n".join(p["text"] for p in parts)
+    return parts
+
+
+def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
+    messages: list[dict[str, Any]] = []
+    system = body.get("system")
+    if system:
+        messages.append({"role": "system", "content": _text_of(system)})
+    for i, m in enumerate(body.get("messages") or []):
+        if not isinstance(m, dict):
+            raise ClientError(f"messages.{i}: must be an object", param=f"messages.{i}")
+        role = m.get("role")
+        content = m.get("content")
+        if role not in ("user", "assistant"):
+            raise ClientError(f"messages.{i}.role: {role!r} is not one of user, assistant",
+                              param=f"messages.{i}.role")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+        if role == "assistant":
+            parts: list[dict[str, Any]] = []
+            tool_calls = []
+            for b in blocks:
+                if isinstance(b, dict) and b.get("type") == "tool_use":
+                    tool_calls.append({"id": b.get("id", ""), "type": "function",
+                                       "function": {"name": b.get("name", ""),
+                                                    "arguments": _dump_arguments(b.get("input"))}})
+                else:
+                    p = _anthropic_block_to_part(b)
+                    if p is not None and p["type"] == "text":
+                        parts.append(p)
+            msg: dict[str, Any] = {"role": "assistant",
+                                   "content": _openai_content(parts) if parts else None}
+            if tool_calls:
+                msg["tool_calls"] = tool_calls
+            messages.append(msg)
+            continue
+        # user: tool results become `tool` messages, which OpenAI wants right after the call
+        parts = []
+        for b in blocks:
+            if isinstance(b, dict) and b.get("type") == "tool_result":
+                result = b.get("content")
+                text = _text_of(result) if not isinstance(result, str) else result
+                if b.get("is_error"):
+                    text = f"[tool error] {text}"
+                messages.append({"role": "tool", "tool_call_id": b.get("tool_use_id", ""), "content": text})
+            else:
+                p = _anthropic_block_to_part(b)
+                if p is not None:
+                    parts.append(p)
+        if parts:
+            messages.append({"role": "user", "content": _openai_content(parts)})
+
+    out: dict[str, Any] = {"model": body.get("model"), "messages": messages}
+    if body.get("max_tokens") is not None:
+        out["max_tokens"] = body["max_tokens"]
+    for key in ("temperature", "top_p"):
+        if body.get(key) is not None:
+            out[key] = body[key]
+    if body.get("stop_sequences"):
+        out["stop"] = list(body["stop_sequences"])
+    if body.get("stream"):
+        out["stream"] = True
+        out["stream_options"] = {"include_usage": True}
+    tools = [t for t in body.get("tools") or [] if isinstance(t, dict) and "input_schema" in t]
+    if tools:
+        out["tools"] = []
+        for t in tools:
+            fn = {"name": t.get("name", ""), "parameters": t.get("input_schema") or {"type": "object"}}
+            if t.get("description"):
+                fn["description"] = t["description"]
+            out["tools"].append({"type": "function", "function": fn})
+        choice = body.get("tool_choice") or {}
+        kind = choice.get("type") if isinstance(choice, dict) else None
+        if kind == "auto":
+            out["tool_choice"] = "auto"
+        elif kind == "any":
+            out["tool_choice"] = "required"
+        elif kind == "none":
+            out["tool_choice"] = "none"
+        elif kind == "tool":
+            out["tool_choice"] = {"type": "function", "function": {"name": choice.get("name", "")}}
+        if isinstance(choice, dict) and choice.get("disable_parallel_tool_use"):
+            out["parallel_tool_calls"] = False
+    user = (body.get("metadata") or {}).get("user_id") if isinstance(body.get("metadata"), dict) else None
+    if user:
+        out["user"] = str(user)
+    return out

@@ -1,0 +1,143 @@
+"""Non-streamed response bodies: Anthropic Messages ⇄ OpenAI Chat Completions, and usage."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .requests import _dump_arguments, _parse_arguments
+
+#: Anthropic stop_reason -> OpenAI finish_reason
+FINISH_FROM_STOP = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_calls",
+    "pause_turn": "stop",
+    "refusal": "content_filter",
+}
+#: OpenAI finish_reason -> Anthropic stop_reason
+STOP_FROM_FINISH = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "content_filter": "refusal",
+}
+
+
+def translate_response(body: dict[str, Any], source: str, target: str) -> dict[str, Any]:
+    """A ``source`` dialect response body as the ``target`` dialect's."""
+    if source == target:
+        return body
+    if source == "anthropic" and target == "openai":
+        return anthropic_to_openai_response(body)
+    if source == "openai" and target == "anthropic":
+        return openai_to_anthropic_response(body)
+    raise ValueError(f"cannot translate responses from {source!r} to {target!r}")
+
+
+def openai_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Anthropic usage as OpenAI usage (cache reads/writes count as prompt tokens)."""
+    if not usage:
+        return None
+    prompt = (usage.get("input_tokens") or 0) + (usage.get("cache_read_input_tokens") or 0) \
+        + (usage.get("cache_creation_input_tokens") or 0)
+    completion = usage.get("output_tokens") or 0
+    out: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                           "total_tokens": prompt + completion}
+    if usage.get("cache_read_input_tokens"):
+        out["prompt_tokens_details"] = {"cached_tokens": usage["cache_read_input_tokens"]}
+    return out
+
+
+def anthropic_usage(usage: dict[str, Any] | None) -> dict[str, Any]:
+    """OpenAI usage as Anthropic usage."""
+    usage = usage or {}
+    out: dict[str, Any] = {"input_tokens": usage.get("prompt_tokens") or 0,
+                           "output_tokens": usage.get("completion_tokens") or 0}
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    if cached:
+        out["input_tokens"] -= cached
+        out["cache_read_input_tokens"] = cached
+    return out
+
+
+def usage_summary(body: Any, dialect: str) -> dict[str, Any] | None:
+    """Usage of a response in one shape for records: input/output/total tokens (+ cached)."""
+    if not isinstance(body, dict):
+        return None
+    usage = body.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    if dialect == "openai":
+        usage = anthropic_usage(usage)
+    inp = (usage.get("input_tokens") or 0) + (usage.get("cache_read_input_tokens") or 0) \
+        + (usage.get("cache_creation_input_tokens") or 0)
+    out = usage.get("output_tokens") or 0
+    summary: dict[str, Any] = {"input_tokens": inp, "output_tokens": out, "total_tokens": inp + out}
+    if usage.get("cache_read_input_tokens"):
+        summary["cached_input_tokens"] = usage["cache_read_input_tokens"]
+    return summary
+
+
+def anthropic_to_openai_response(body: dict[str, Any]) -> dict[str, Any]:
+    texts: list[str] = []
+    tool_calls: list[dict[str, Any]] = []
+    for block in body.get("content") or []:
+        kind = block.get("type")
+        if kind == "text":
+            texts.append(block.get("text", ""))
+        elif kind == "tool_use":
+            tool_calls.append({"id": block.get("id", ""), "type": "function",
+                               "function": {"name": block.get("name", ""),
+                                            "arguments": _dump_arguments(block.get("input"))}})
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    out: dict[str, Any] = {
+        "id": body.get("id") or "chatcmpl-reef",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model", ""),
+        "choices": [{
+            "index": 0,
+            "message": message,
+            "logprobs": None,
+            "finish_reason": FINISH_FROM_STOP.get(body.get("stop_reason") or "end_turn", "stop"),
+        }],
+    }
+    usage = openai_usage(body.get("usage"))
+    if usage:
+        out["usage"] = usage
+    return out
+
+
+def openai_to_anthropic_response(body: dict[str, Any]) -> dict[str, Any]:
+    choices = body.get("choices") or [{}]
+    choice = choices[0] or {}
+    message = choice.get("message") or {}
+    content: list[dict[str, Any]] = []
+    text = message.get("content")
+    if isinstance(text, list):
+        text = "".join(p.get("text", "") for p in text if isinstance(p, dict))
+    if text:
+        content.append({"type": "text", "text": text})
+    for tc in message.get("tool_calls") or []:
+        fn = tc.get("function") or {}
+        try:
+            args = _parse_arguments(fn.get("arguments"))
+        except Exception:
+            args = {"arguments": fn.get("arguments")}
+        content.append({"type": "tool_use", "id": tc.get("id", ""), "name": fn.get("name", ""), "input": args})
+    msg_id = body.get("id") or "msg_reef"
+    return {
+        "id": msg_id if msg_id.startswith("msg_") else f"msg_{msg_id}",
+        "type": "message",
+        "role": "assistant",
+        "model": body.get("model", ""),
+        "content": content,
+        "stop_reason": STOP_FROM_FINISH.get(choice.get("finish_reason") or "stop", "end_turn"),
+        "stop_sequence": None,
+        "usage": anthropic_usage(body.get("usage")),
+    }

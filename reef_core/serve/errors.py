@@ -1,0 +1,169 @@
+"""Error bodies in the shape each client expects, and the app's exception handlers.
+
+Provider routes answer errors the way the provider would, so SDKs raise their usual
+exception types: OpenAI ``{"error": {"message", "type", "param", "code"}}``, Anthropic
+``{"type": "error", "error": {"type", "message"}}``. Every other route answers
+``{"error": {"type", "message"}}``. No handler ever includes a stack trace.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from ..errors import ConfigError, ConflictError, NotFoundError, ReefError, RuntimeCallError
+from . import jsonfast
+
+log = logging.getLogger("reef.serve")
+
+OPENAI_PATHS = ("/v1/chat/completions",)
+ANTHROPIC_PATHS = ("/v1/messages",)
+
+_OPENAI_TYPES = {
+    400: "invalid_request_error", 401: "invalid_request_error", 403: "permission_error",
+    404: "not_found_error", 405: "invalid_request_error", 409: "conflict_error",
+    413: "invalid_request_error", 422: "invalid_request_error", 429: "rate_limit_error",
+}
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+    404: "not_found_error", 405: "invalid_request_error", 409: "invalid_request_error",
+    413: "request_too_large", 422: "invalid_request_error", 429: "rate_limit_error",
+    529: "overloaded_error",
+}
+_REEF_TYPES = {
+    400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+    405: "method_not_allowed", 409: "conflict", 413: "payload_too_large", 422: "invalid",
+    500: "internal_error", 502: "upstream_error", 503: "unavailable", 504: "upstream_timeout",
+}
+_OPENAI_CODES = {401: "invalid_api_key", 404: "not_found", 413: "payload_too_large"}
+
+
+class BodyTooLarge(Exception):
+    """The request body is larger than ``server.max_body_bytes``."""
+
+    def __init__(self, limit: int):
+        super().__init__(f"request body is larger than the server's limit of {limit} bytes "
+                         f"(server.max_body_bytes)")
+        self.limit = limit
+
+
+class ClientError(Exception):
+    """A mistake in the client's request, answered with ``status`` in the route's error shape."""
+
+    def __init__(self, message: str, status: int = 400, *, param: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.param = param
+
+
+def dialect_of(request_or_path: Request | str) -> str:
+    """Which error shape a path answers with: ``openai``, ``anthropic`` or ``reef``."""
+    if isinstance(request_or_path, str):
+        path, headers = request_or_path, {}
+    else:
+        path, headers = request_or_path.url.path, request_or_path.headers
+    if path.startswith(ANTHROPIC_PATHS):
+        return "anthropic"
+    if path.startswith(OPENAI_PATHS):
+        return "openai"
+    if path.startswith("/v1/"):
+        return "anthropic" if "anthropic-version" in headers else "openai"
+    return "reef"
+
+
+def error_body(dialect: str, status: int, message: str, *, param: str | None = None,
+               error_type: str | None = None) -> dict[str, Any]:
+    """A provider- or Reef-shaped error body."""
+    if dialect == "openai":
+        t = error_type or _OPENAI_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+        return {"error": {"message": message, "type": t, "param": param, "code": _OPENAI_CODES.get(status)}}
+    if dialect == "anthropic":
+        t = error_type or _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+        return {"type": "error", "error": {"type": t, "message": message}}
+    t = error_type or _REEF_TYPES.get(status, "error")
+    body: dict[str, Any] = {"type": t, "message": message}
+    if param:
+        body["param"] = param
+    return {"error": body}
+
+
+def error_response(dialect: str, status: int, message: str, *, param: str | None = None,
+                   headers: dict[str, str] | None = None, error_type: str | None = None) -> Response:
+    return Response(jsonfast.dumps(error_body(dialect, status, message, param=param, error_type=error_type)),
+                    status_code=status, media_type="application/json", headers=headers)
+
+
+def upstream_error_response(dialect: str, runtime_dialect: str, exc: RuntimeCallError,
+                            headers: dict[str, str] | None = None) -> Response:
+    """Relay a runtime error: the upstream body as is when it already speaks the client's
+    dialect, otherwise the upstream message re-shaped; the upstream status either way."""
+    status = exc.status if 400 <= exc.status <= 599 else 502
+    body = exc.body
+    if dialect == runtime_dialect and isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return Response(jsonfast.dumps(body), status_code=status, media_type="application/json",
+                        headers=headers)
+    return error_response(dialect, status, str(exc), headers=headers)
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    errors = exc.errors()
+    if not errors:
+        return "invalid request", None
+    err = errors[0]
+    loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path", "header")]
+    where = ".".join(loc)
+    msg = err.get("msg", "invalid value")
+    return (f"{where}: {msg}" if where else msg), (where or None)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Map every error to a JSON body in the route's shape; never leak a stack trace."""
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        if exc.status_code == 404 and message == "Not Found":
+            message = f"no route {request.method} {request.url.path}"
+        elif exc.status_code == 405:
+            message = f"method {request.method} is not allowed on {request.url.path}"
+        return error_response(dialect_of(request), exc.status_code, message, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> Response:
+        message, param = _validation_message(exc)
+        status = 400 if any(e.get("type") == "json_invalid" for e in exc.errors()) else 422
+        return error_response(dialect_of(request), status, message, param=param)
+
+    @app.exception_handler(ClientError)
+    async def client_error(request: Request, exc: ClientError) -> Response:
+        return error_response(dialect_of(request), exc.status, str(exc), param=exc.param)
+
+    @app.exception_handler(BodyTooLarge)
+    async def too_large(request: Request, exc: BodyTooLarge) -> Response:
+        return error_response(dialect_of(request), 413, str(exc))
+
+    @app.exception_handler(ReefError)
+    async def reef_error(request: Request, exc: ReefError) -> Response:
+        if isinstance(exc, RuntimeCallError):
+            status = exc.status if 400 <= exc.status <= 599 else 502
+        elif isinstance(exc, NotFoundError):
+            status = 404
+        elif isinstance(exc, ConflictError):
+            status = 409
+        elif isinstance(exc, ConfigError):
+            status = 400
+        else:
+            log.error("unhandled Reef error on %s %s: %s", request.method, request.url.path, exc)
+            status = 500
+        return error_response(dialect_of(request), status, str(exc))
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        log.exception("internal error on %s %s", request.method, request.url.path)
+        return error_response(dialect_of(request), 500,
+                              "internal server error; the server log has the details")

@@ -1,0 +1,236 @@
+"""The inference path: freeze the release, allocate the receipt, call the runtime, record.
+
+One ``Exchange`` per request carries what the record needs. Non-streamed answers return
+only after the record is durable (the group-commit writer). Streams relay events as they
+arrive, hold back the terminal event until the record is durable, and attach
+``{"reef": {"agent_record_id", "release_id"}}`` to it; a stream that breaks on either side
+still leaves a record, marked ``incomplete``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, AsyncIterator
+
+import anyio
+from starlette.responses import Response, StreamingResponse
+
+from ..errors import RuntimeCallError
+from ..store import Record
+from ..types import ActiveRelease, InferenceCall
+from . import jsonfast
+from .dialects import StreamAssembler, stream_translator, translate_request, translate_response, usage_summary
+from .errors import error_response, upstream_error_response
+from .state import ServeState
+
+log = logging.getLogger("reef.serve")
+
+_EXTRAS = ("prompt_token_ids", "response_token_ids", "logprobs")
+_SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+@dataclass
+class Exchange:
+    """One inference request as the record will keep it."""
+
+    route: str  # openai.chat | anthropic.messages
+    dialect: str  # the client's dialect
+    scenario: str
+    session: str | None
+    tags: dict[str, str] | None
+    record_id: str
+    release: ActiveRelease | None
+    body: dict[str, Any]  # client body after prepare_body (what is recorded)
+    stream: bool
+    started: float = field(default_factory=time.perf_counter)
+    created_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+
+    @property
+    def release_id(self) -> str | None:
+        return self.release.release_id if self.release is not None else None
+
+    def headers(self) -> dict[str, str]:
+        h = {"x-reef-agent-record-id": self.record_id}
+        if self.release is not None:
+            h["x-reef-release-id"] = self.release.release_id
+        return h
+
+    def record(self, call: InferenceCall | None, runtime: str, *, status: str, response: Any = None,
+               error: str | None = None) -> Record:
+        extras = call.extras if call is not None else {}
+        model = response.get("model") if isinstance(response, dict) and response.get("model") else None
+        if model is None and call is not None:
+            model = call.body.get("model")
+        return Record(
+            id=self.record_id, scenario=self.scenario, kind="inference", session=self.session, tags=self.tags,
+            created_at=self.created_at, finished_at=datetime.now(timezone.utc), release_id=self.release_id,
+            runtime=runtime, model=model if isinstance(model, str) else None, route=self.route,
+            request=self.body, response=response, status=status, error=error,
+            latency_ms=(time.perf_counter() - self.started) * 1000.0,
+            usage=usage_summary(response, self.dialect),
+            prompt_token_ids=extras.get("prompt_token_ids"), response_token_ids=extras.get("response_token_ids"),
+            logprobs=extras.get("logprobs"), adapter=extras.get("adapter"),
+        )
+
+
+def make_call(state: ServeState, ex: Exchange) -> InferenceCall:
+    """The runtime's view of the request: the prepared body in the runtime's dialect."""
+    body = translate_request(ex.body, ex.dialect, state.runtime_dialect,
+                             default_max_tokens=state.default_max_tokens)
+    if ex.stream and state.runtime_dialect == "openai":
+        opts = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
+        if not opts.get("include_usage"):
+            # Ask for usage so the record has it; the chunk is dropped unless the client asked.
+            body = {**body, "stream_options": {**opts, "include_usage": True}}
+    return InferenceCall(scenario=ex.scenario, record_id=ex.record_id, body=body,
+                         dialect=state.runtime_dialect, release=ex.release)
+
+
+def _client_wants_usage(body: dict[str, Any]) -> bool:
+    opts = body.get("stream_options")
+    return isinstance(opts, dict) and bool(opts.get("include_usage"))
+
+
+async def _fail(state: ServeState, ex: Exchange, call: InferenceCall | None, exc: Exception,
+                route_label: str) -> Response:
+    """Record a failed call as an error and answer in the client's shape."""
+    if isinstance(exc, RuntimeCallError):
+        status, message = exc.status, str(exc)
+    else:
+        log.exception("runtime %s failed", state.runtime_name)
+        status, message = 502, f"the runtime failed: {type(exc).__name__}: {exc}"
+    state.metrics.upstream_errors.labels(str(status)).inc()
+    record = ex.record(call, state.runtime_name, status="error", error=message)
+    try:
+        await state.writer.write(record)
+    except Exception as wexc:  # the error answer still goes out; the log says the record is lost
+        log.error("could not store error record %s: %s", ex.record_id, wexc)
+    state.metrics.requests.labels(route_label, ex.scenario, "error").inc()
+    headers = ex.headers()
+    if isinstance(exc, RuntimeCallError):
+        return upstream_error_response(ex.dialect, state.runtime_dialect, exc, headers=headers)
+    return error_response(ex.dialect, status, message, headers=headers)
+
+
+async def complete(state: ServeState, ex: Exchange) -> Response:
+    """Answer a non-streamed request; returns once the record is durable."""
+    call = None
+    try:
+        call = make_call(state, ex)
+        answer = await state.reef.runtime.complete(call)
+        body = translate_response(answer, state.runtime_dialect, ex.dialect)
+    except Exception as exc:
+        return await _fail(state, ex, call, exc, ex.route)
+    record = ex.record(call, state.runtime_name, status="ok", response=body)
+    try:
+        await state.writer.write(record)
+    except Exception as exc:
+        log.error("could not store record %s: %s", ex.record_id, exc)
+        state.metrics.record_failures.inc()
+        return error_response(ex.dialect, 500, "the answer could not be recorded durably, so it is "
+                                                "withheld; retry the request", headers=ex.headers())
+    state.metrics.requests.labels(ex.route, ex.scenario, "ok").inc()
+    state.metrics.latency.labels(ex.route, "false").observe(time.perf_counter() - ex.started)
+    return Response(jsonfast.dumps(body), media_type="application/json", headers=ex.headers())
+
+
+def _sse(dialect: str, event: dict[str, Any]) -> bytes:
+    if dialect == "openai":
+        return b"data: " + jsonfast.dumps(event) + b"\n\n"
+    return b"event: " + str(event.get("type", "message")).encode() + b"\ndata: " + jsonfast.dumps(event) + b"\n\n"
+
+
+async def stream(state: ServeState, ex: Exchange) -> Response:
+    """Answer a streamed request. Upstream errors before the first event are plain error answers."""
+    call = None
+    try:
+        call = make_call(state, ex)
+        events = state.reef.runtime.stream(call).__aiter__()
+        try:
+            first: dict[str, Any] | None = await events.__anext__()
+        except StopAsyncIteration:
+            first = None
+    except Exception as exc:
+        return await _fail(state, ex, call, exc, ex.route)
+    state.metrics.first_byte.labels(ex.route).observe(time.perf_counter() - ex.started)
+    translator = stream_translator(state.runtime_dialect, ex.dialect, include_usage=_client_wants_usage(ex.body),
+                                   drop_usage_chunks=not _client_wants_usage(ex.body))
+    return StreamingResponse(_relay(state, ex, call, events, first, translator),
+                             media_type="text/event-stream", headers={**ex.headers(), **_SSE_HEADERS})
+
+
+async def _relay(state: ServeState, ex: Exchange, call: InferenceCall, events: AsyncIterator[dict[str, Any]],
+                 first: dict[str, Any] | None, translator: Any) -> AsyncIterator[bytes]:
+    dialect = ex.dialect
+    assembler = StreamAssembler(dialect)
+    held_stop: dict[str, Any] | None = None  # Anthropic message_stop, sent after the record is durable
+    recorded = False
+    error = "the client disconnected before the stream finished"
+    try:
+        try:
+            pending = [] if first is None else translator.feed(first)
+            while True:
+                for ev in pending:
+                    if dialect == "anthropic" and ev.get("type") == "message_stop":
+                        held_stop = ev
+                        continue
+                    assembler.add(ev)
+                    yield _sse(dialect, ev)
+                try:
+                    nxt = await events.__anext__()
+                except StopAsyncIteration:
+                    break
+                pending = translator.feed(nxt)
+            for ev in translator.finish():
+                if dialect == "anthropic" and ev.get("type") == "message_stop":
+                    held_stop = ev
+                    continue
+                assembler.add(ev)
+                yield _sse(dialect, ev)
+        except Exception as exc:  # upstream broke mid-stream: record incomplete, tell the client
+            error = str(exc) if isinstance(exc, RuntimeCallError) else f"{type(exc).__name__}: {exc}"
+            status = exc.status if isinstance(exc, RuntimeCallError) else 502
+            state.metrics.upstream_errors.labels(str(status)).inc()
+            recorded = True
+            state.writer.submit(ex.record(call, state.runtime_name, status="incomplete",
+                                          response=assembler.result(), error=error))
+            state.metrics.requests.labels(ex.route, ex.scenario, "incomplete").inc()
+            from .errors import error_body
+
+            yield _sse(dialect, error_body(dialect, status, error, error_type="api_error")
+                       if dialect == "openai" else error_body(dialect, status, error))
+            return
+        record = ex.record(call, state.runtime_name, status="ok", response=assembler.result())
+        recorded = True
+        await state.writer.write(record)
+        marker = {"agent_record_id": ex.record_id, "release_id": ex.release_id}
+        if dialect == "openai":
+            base = assembler.base
+            yield _sse(dialect, {"id": base.get("id", ""), "object": "chat.completion.chunk",
+                                 "created": base.get("created", int(time.time())), "model": base.get("model", ""),
+                                 "choices": [], "reef": marker})
+            yield b"data: [DONE]\n\n"
+        else:
+            stop = dict(held_stop or {"type": "message_stop"})
+            stop["reef"] = marker
+            yield _sse(dialect, stop)
+        state.metrics.requests.labels(ex.route, ex.scenario, "ok").inc()
+        state.metrics.latency.labels(ex.route, "true").observe(time.perf_counter() - ex.started)
+    finally:
+        if not recorded:  # cancelled (client gone) or the writer failed before marking it
+            try:
+                state.writer.submit(ex.record(call, state.runtime_name, status="incomplete",
+                                              response=assembler.result(), error=error))
+                state.metrics.requests.labels(ex.route, ex.scenario, "incomplete").inc()
+            except Exception as exc:
+                log.error("could not queue incomplete record %s: %s", ex.record_id, exc)
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await aclose()
+                except Exception:
+                    log.debug("closing the runtime stream failed", exc_info=True)

@@ -1,0 +1,168 @@
+"""Provider-compatible inference routes: ``/v1/chat/completions``, ``/v1/messages``, ``/v1/models``."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from starlette.responses import Response
+
+from ..store import new_id
+from . import jsonfast
+from .auth import Principal, check_scenario, require_role
+from .errors import ClientError
+from .inference import Exchange, complete, stream
+from .state import ServeState
+
+router = APIRouter(tags=["inference"])
+
+SCENARIO_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
+_TAG_PREFIX = "x-reef-tag-"
+_MAX_TAGS = 32
+
+_infer = Depends(require_role("infer"))
+
+_REEF_HEADERS_DOC = {
+    "x-reef-agent-record-id": {"description": "The receipt: id of the record of this request.",
+                               "schema": {"type": "string"}},
+    "x-reef-release-id": {"description": "Release serving the scenario when the request started "
+                                         "(absent before the scenario's first release).",
+                          "schema": {"type": "string"}},
+}
+
+
+def _body_schema(required: list[str], props: dict[str, Any]) -> dict[str, Any]:
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": {
+        "type": "object", "required": required, "properties": props, "additionalProperties": True}}}}}
+
+
+_MESSAGES = {"type": "array", "items": {"type": "object"}, "minItems": 1}
+OPENAI_BODY = _body_schema(["messages"], {
+    "model": {"type": "string"}, "messages": _MESSAGES, "stream": {"type": "boolean"},
+    "max_tokens": {"type": "integer"}, "max_completion_tokens": {"type": "integer"},
+    "temperature": {"type": "number"}, "top_p": {"type": "number"},
+    "stop": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+    "tools": {"type": "array", "items": {"type": "object"}}, "tool_choice": {},
+    "stream_options": {"type": "object"},
+})
+ANTHROPIC_BODY = _body_schema(["messages", "max_tokens"], {
+    "model": {"type": "string"}, "messages": _MESSAGES, "max_tokens": {"type": "integer", "minimum": 1},
+    "system": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]},
+    "stream": {"type": "boolean"}, "temperature": {"type": "number"}, "top_p": {"type": "number"},
+    "stop_sequences": {"type": "array", "items": {"type": "string"}},
+    "tools": {"type": "array", "items": {"type": "object"}}, "tool_choice": {"type": "object"},
+})
+_RESPONSES = {
+    200: {"description": "The provider's response body (JSON), or an SSE stream when `stream` is true.",
+          "headers": _REEF_HEADERS_DOC,
+          "content": {"application/json": {"schema": {"type": "object"}}, "text/event-stream": {}}},
+    400: {"description": "Malformed request (provider-shaped error)."},
+    401: {"description": "Missing or invalid token."},
+    403: {"description": "Token lacks the `infer` role or the scenario."},
+    413: {"description": "Body larger than `server.max_body_bytes`."},
+    502: {"description": "Upstream unreachable; upstream errors keep their own status."},
+}
+
+
+def _request_meta(request: Request, default_scenario: str) -> tuple[str, str | None, dict[str, str] | None]:
+    """(scenario, session, tags) from the ``x-reef-*`` headers, in one pass over raw headers."""
+    scenario = None
+    session = None
+    tags: dict[str, str] | None = None
+    for raw_name, raw_value in request.scope["headers"]:
+        if not raw_name.startswith(b"x-reef-"):
+            continue
+        name = raw_name.decode("latin-1")
+        value = raw_value.decode("latin-1").strip()
+        if name == "x-reef-scenario":
+            scenario = value
+        elif name == "x-reef-session":
+            session = value[:200] or None
+        elif name.startswith(_TAG_PREFIX) and len(name) > len(_TAG_PREFIX):
+            tags = tags if tags is not None else {}
+            if len(tags) >= _MAX_TAGS:
+                raise ClientError(f"too many x-reef-tag-* headers (at most {_MAX_TAGS})")
+            tags[name[len(_TAG_PREFIX):]] = value[:1000]
+    if not scenario:
+        scenario = default_scenario
+    elif not SCENARIO_NAME.match(scenario):
+        raise ClientError(f"x-reef-scenario {scenario[:80]!r} is not a valid scenario name (letters, digits, "
+                          f"'_', '-', '.', ':'; at most 200 characters)", param="x-reef-scenario")
+    return scenario, session, tags
+
+
+def _parse_body(raw: bytes) -> dict[str, Any]:
+    if not raw:
+        raise ClientError("the request body is empty; send a JSON object")
+    try:
+        body = jsonfast.loads(raw)
+    except ValueError as exc:
+        raise ClientError(f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise ClientError("the request body must be a JSON object")
+    return body
+
+
+def _check_common(body: dict[str, Any]) -> bool:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ClientError("messages: a non-empty array of messages is required", param="messages")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise ClientError("model: must be a string", param="model")
+    streamed = body.get("stream", False)
+    if streamed is not None and not isinstance(streamed, bool):
+        raise ClientError("stream: must be a boolean", param="stream")
+    return bool(streamed)
+
+
+async def _serve(request: Request, principal: Principal, dialect: str, route: str) -> Response:
+    state: ServeState = request.app.state.serve
+    scenario, session, tags = _request_meta(request, state.default_scenario)
+    check_scenario(principal, scenario)
+    body = _parse_body(await request.body())
+    streamed = _check_common(body)
+    if dialect == "anthropic":
+        mt = body.get("max_tokens")
+        if not isinstance(mt, int) or isinstance(mt, bool) or mt < 1:
+            raise ClientError("max_tokens: a positive integer is required", param="max_tokens")
+    reef = state.reef
+    release = reef.serving_release(scenario)  # frozen for the whole request
+    prepared = reef.prepare_body(scenario, body, dialect, release)
+    ex = Exchange(route=route, dialect=dialect, scenario=scenario, session=session, tags=tags,
+                  record_id=new_id("rec"), release=release, body=prepared, stream=streamed)
+    return await (stream(state, ex) if streamed else complete(state, ex))
+
+
+@router.post("/v1/chat/completions", openapi_extra=OPENAI_BODY, responses=_RESPONSES,
+             summary="OpenAI Chat Completions (streaming and non-streaming)")
+async def chat_completions(request: Request, principal: Principal = _infer) -> Response:
+    """An OpenAI Chat Completions request, served by the runtime (translated if it speaks
+    Anthropic) and recorded; the receipt is in ``x-reef-agent-record-id``."""
+    return await _serve(request, principal, "openai", "openai.chat")
+
+
+@router.post("/v1/messages", openapi_extra=ANTHROPIC_BODY, responses=_RESPONSES,
+             summary="Anthropic Messages (streaming and non-streaming)")
+async def messages(request: Request, principal: Principal = _infer) -> Response:
+    """An Anthropic Messages request, served by the runtime (translated if it speaks OpenAI)
+    and recorded; the receipt is in ``x-reef-agent-record-id``."""
+    return await _serve(request, principal, "anthropic", "anthropic.messages")
+
+
+@router.get("/v1/models", summary="Models served (OpenAI list shape; Anthropic shape with anthropic-version)")
+async def list_models(request: Request, principal: Principal = _infer) -> Response:
+    """The runtime's model ids. Clients sending ``anthropic-version`` get Anthropic's list shape."""
+    state: ServeState = request.app.state.serve
+    names = list(state.reef.runtime.models())
+    if "anthropic-version" in request.headers:
+        data = [{"type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z"} for n in names]
+        body: dict[str, Any] = {"data": data, "has_more": False, "first_id": names[0] if names else None,
+                                "last_id": names[-1] if names else None}
+    else:
+        now = int(time.time())
+        body = {"object": "list", "data": [{"id": n, "object": "model", "created": now, "owned_by": "reef"}
+                                           for n in names]}
+    return Response(jsonfast.dumps(body), media_type="application/json")

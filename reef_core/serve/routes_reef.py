@@ -1,0 +1,262 @@
+"""Reef's own routes: feedback (``POST /reef/report``) and the read routes over scenarios and records."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import NotFoundError
+from ..store import Report, new_id, to_json
+from ..store.recordstore import RecordStore
+from .auth import Principal, check_scenario, require_role
+from .errors import ClientError
+from .routes_inference import SCENARIO_NAME
+from .state import ServeState
+
+router = APIRouter()
+
+
+# ---------------------------------------------------------------------------- models
+
+
+class ReportIn(BaseModel):
+    """Feedback on one or more served responses, quoted by their receipts (in trajectory order)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    score: float | None = Field(None, description="A finite number; booleans, NaN and infinities are refused.")
+    feedback: str | dict[str, Any] | None = Field(None, description="Free text or a structured object.")
+    references: list[str] = Field(..., min_length=1, max_length=1000,
+                                  description="Receipts (x-reef-agent-record-id) of the scenario, in order.")
+    metadata: dict[str, Any] | None = None
+    report_id: str | None = Field(None, min_length=1, max_length=200,
+                                  description="Your id for this report: retries with the same body are idempotent.")
+
+
+class ReportOut(BaseModel):
+    report_id: str
+    scenario: str
+    references: list[str]
+    score: float | None
+    created_at: str
+
+
+class ErrorDetail(BaseModel):
+    type: str
+    message: str
+
+
+class ErrorOut(BaseModel):
+    error: ErrorDetail
+
+
+_ERRORS = {s: {"model": ErrorOut} for s in (400, 401, 403, 404, 409, 422)}
+
+
+def _scenario_header(request: Request, state: ServeState) -> str:
+    scenario = request.headers.get("x-reef-scenario", "").strip() or state.default_scenario
+    if not SCENARIO_NAME.match(scenario):
+        raise ClientError(f"x-reef-scenario {scenario[:80]!r} is not a valid scenario name")
+    return scenario
+
+
+def _parse_report(raw: bytes) -> ReportIn:
+    # The standard library parser, so NaN/Infinity literals reach validation and get a 422.
+    try:
+        data = json.loads(raw or b"")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ClientError(f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ClientError("the request body must be a JSON object")
+    score = data.get("score")
+    if isinstance(score, bool) or (score is not None and not isinstance(score, (int, float))):
+        raise ClientError("score: must be a number (not a boolean or a string)", 422, param="score")
+    if isinstance(score, float) and not math.isfinite(score):
+        raise ClientError("score: must be a finite number (not NaN or infinite)", 422, param="score")
+    try:
+        return ReportIn.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+        raise ClientError(f"{where}: {msg}", 422, param=where or None) from None
+
+
+def _report_out(row: Report) -> dict[str, Any]:
+    created = row.created_at
+    if created.tzinfo is None:
+        created = created.replace(tzinfo=timezone.utc)
+    return {"report_id": row.id, "scenario": row.scenario, "references": list(row.references or []),
+            "score": row.score, "created_at": created.isoformat()}
+
+
+@router.post("/reef/report", tags=["feedback"], response_model=ReportOut, responses=_ERRORS,
+             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                 "schema": ReportIn.model_json_schema()}}}})
+async def post_report(request: Request, principal: Principal = Depends(require_role("report"))) -> dict[str, Any]:
+    """Store feedback quoting receipts. ``report_id`` makes retries idempotent (same body: the same
+    answer; other body: 409). Unknown receipt: 404; receipt of another scenario: 409. Nothing is
+    written when the report is refused."""
+    state: ServeState = request.app.state.serve
+    scenario = _scenario_header(request, state)
+    check_scenario(principal, scenario)
+    report = _parse_report(await request.body())
+    content = {"score": report.score, "feedback": report.feedback, "references": report.references,
+               "metadata": report.metadata}
+    row = Report(id=report.report_id or new_id("rpt"), scenario=scenario, score=report.score,
+                 feedback=report.feedback, references=report.references, meta=report.metadata,
+                 body_hash=RecordStore.report_body_hash({"scenario": scenario, **content}))
+    stored, created = await run_in_threadpool(state.reef.store.add_report, row)
+    if created:
+        state.metrics.reports.labels(scenario).inc()
+        state.reef.emit("report_stored", report=stored)
+    return _report_out(stored)
+
+
+# ---------------------------------------------------------------------------- read routes
+
+
+def _known_scenarios(state: ServeState) -> list[str]:
+    names = set(state.reef.store.scenario_names())
+    names.update(state.reef.settings.scenarios)
+    names.add(state.default_scenario)
+    return sorted(names)
+
+
+@router.get("/reef/scenarios", tags=["scenarios"])
+async def list_scenarios(request: Request, principal: Principal = Depends(require_role())) -> dict[str, Any]:
+    """Scenarios this token may see: configured ones, the default, and any with stored data."""
+    state: ServeState = request.app.state.serve
+
+    def read() -> list[dict[str, Any]]:
+        out = []
+        for name in _known_scenarios(state):
+            if not principal.allows(name):
+                continue
+            head = state.reef.store.head_release(name)
+            out.append({"name": name, "head_release_id": head.release_id if head else None})
+        return out
+
+    return {"scenarios": await run_in_threadpool(read)}
+
+
+@router.get("/reef/scenarios/{scenario}", tags=["scenarios"], responses=_ERRORS)
+async def get_scenario(scenario: str, request: Request,
+                       principal: Principal = Depends(require_role())) -> dict[str, Any]:
+    """Recipe, evaluator, head release, serving release, counts and the learning loop's state."""
+    state: ServeState = request.app.state.serve
+    check_scenario(principal, scenario)
+    reef = state.reef
+
+    def read() -> dict[str, Any]:
+        if scenario not in _known_scenarios(state):
+            raise NotFoundError(f"no scenario named {scenario!r}")
+        head = reef.store.head_release(scenario)
+        sc = reef.scenario_settings(scenario)
+        serving = reef.serving_release(scenario)
+        status_fn = reef.extensions.get("scenario_status")
+        return {
+            "name": scenario,
+            "recipe": reef.settings.recipe.get("name"),
+            "evaluator": (sc.evaluator if sc and sc.evaluator else reef.settings.evaluator.get("name")),
+            "runtime": reef.runtime_name,
+            "head_release": to_json(head) if head else None,
+            "serving_release_id": serving.release_id if serving else None,
+            "counts": reef.store.counts(scenario),
+            # Filled by the learning side through reef.extensions["scenario_status"](scenario).
+            "loop": status_fn(scenario) if status_fn is not None else None,
+        }
+
+    return await run_in_threadpool(read)
+
+
+def _encode_cursor(seq: int, newest_first: bool) -> str:
+    raw = json.dumps({"s": seq, "d": int(newest_first)}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[int, bool]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        data = json.loads(raw)
+        return int(data["s"]), bool(data["d"])
+    except (binascii.Error, ValueError, KeyError, TypeError):
+        raise ClientError("cursor: not a cursor this server issued (pass next_cursor back as is)",
+                          param="cursor") from None
+
+
+def _with_reports(store: RecordStore, rows: list) -> list[dict[str, Any]]:
+    reports = store.reports_for_records([r.id for r in rows])
+    out = []
+    for r in rows:
+        data = to_json(r)
+        data["reports"] = [to_json(x) for x in reports.get(r.id, [])]
+        out.append(data)
+    return out
+
+
+def _as_utc(value: datetime | None) -> datetime | None:
+    if value is not None and value.tzinfo is not None:
+        return value.astimezone(timezone.utc).replace(tzinfo=None)
+    return value
+
+
+@router.get("/reef/scenarios/{scenario}/records", tags=["records"], responses=_ERRORS)
+async def list_records(
+    scenario: str,
+    request: Request,
+    kind: str | None = Query(None, description="Record kind, e.g. inference."),
+    status: Literal["ok", "error", "incomplete"] | None = Query(None),
+    session: str | None = Query(None, description="Only records of this x-reef-session."),
+    since: datetime | None = Query(None, description="Created at or after (ISO 8601)."),
+    until: datetime | None = Query(None, description="Created before (ISO 8601)."),
+    order: Literal["newest", "oldest"] = Query("newest"),
+    limit: int = Query(50, ge=1, le=500),
+    cursor: str | None = Query(None, description="next_cursor of the previous page."),
+    principal: Principal = Depends(require_role()),
+) -> dict[str, Any]:
+    """Records of a scenario, each with the reports quoting it, one page at a time."""
+    state: ServeState = request.app.state.serve
+    check_scenario(principal, scenario)
+    newest_first = order == "newest"
+    after = before = None
+    if cursor:
+        seq, newest_first = _decode_cursor(cursor)
+        if newest_first:
+            before = seq
+        else:
+            after = seq
+    store = state.reef.store
+
+    def read() -> dict[str, Any]:
+        rows = store.list_records(scenario, kind=kind, status=status, session=session, since=_as_utc(since),
+                                  until=_as_utc(until), after_seq=after, before_seq=before, limit=limit + 1,
+                                  newest_first=newest_first)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return {"scenario": scenario, "records": _with_reports(store, rows),
+                "next_cursor": _encode_cursor(rows[-1].seq, newest_first) if more and rows else None}
+
+    return await run_in_threadpool(read)
+
+
+@router.get("/reef/records/{record_id}", tags=["records"], responses=_ERRORS)
+async def get_record(record_id: str, request: Request,
+                     principal: Principal = Depends(require_role())) -> dict[str, Any]:
+    """One record by its receipt, with the reports quoting it."""
+    state: ServeState = request.app.state.serve
+    store = state.reef.store
+    row = await run_in_threadpool(store.get_record, record_id)
+    if row is None or not principal.allows(row.scenario):
+        if row is not None:
+            check_scenario(principal, row.scenario)
+        raise NotFoundError(f"no record with receipt {record_id!r}")
+    return (await run_in_threadpool(_with_reports, store, [row]))[0]

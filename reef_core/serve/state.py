@@ -1,0 +1,44 @@
+"""Per-app serving state computed once at start-up (nothing here is redone per request)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..kernel import Reef
+from .metrics import Metrics
+from .writer import RecordWriter
+
+
+@dataclass
+class ServeState:
+    """What the request path needs, resolved once: kernel, writer, metrics, runtime facts."""
+
+    reef: Reef
+    writer: RecordWriter
+    metrics: Metrics
+    runtime_dialect: str
+    runtime_name: str
+    default_scenario: str
+    max_body_bytes: int
+    default_max_tokens: int
+    started: bool = False
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, reef: Reef, metrics: Metrics) -> "ServeState":
+        def stored(record) -> None:
+            metrics.records.labels(record.status).inc()
+            reef.emit("record_stored", record=record)
+
+        writer = RecordWriter(reef.store, on_stored=stored, on_batch=metrics.observe_batch)
+        runtime = reef.runtime
+        return cls(
+            reef=reef,
+            writer=writer,
+            metrics=metrics,
+            runtime_dialect=getattr(runtime, "dialect", "openai"),
+            runtime_name=reef.runtime_name,
+            default_scenario=reef.settings.server.default_scenario,
+            max_body_bytes=reef.settings.server.max_body_bytes,
+            default_max_tokens=int(getattr(runtime, "default_max_tokens", 4096)),
+        )

@@ -1,0 +1,163 @@
+"""The group-commit record writer.
+
+Every inference produces one record, and a non-streamed response may only return once its
+record is durable. Committing each record in its own transaction costs one fsync per
+request; instead, requests hand records to one background thread that commits whatever
+has accumulated in a single ``RecordStore.add_records`` transaction, then resolves each
+request's future. Under load a batch holds many records for the price of one fsync; at
+concurrency 1 a record is committed as soon as it arrives (no timer, no added wait).
+
+Futures are resolved, and ``record_stored`` observers called, on the event loop that
+submitted them, with one loop wake-up per batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from typing import Any, Callable
+
+from ..store import Record, RecordStore
+
+log = logging.getLogger("reef.writer")
+
+_STOP = object()
+
+
+class WriterClosed(RuntimeError):
+    """The writer was closed; the record was not accepted."""
+
+
+class RecordWriter:
+    """Batches records from many requests into one transaction each."""
+
+    def __init__(self, store: RecordStore, *, max_batch: int = 512,
+                 on_stored: Callable[[Record], None] | None = None,
+                 on_batch: Callable[[int, float], None] | None = None):
+        self.store = store
+        self.max_batch = max_batch
+        self.on_stored = on_stored
+        self.on_batch = on_batch
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.failures = 0
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="reef-record-writer", daemon=True)
+            self._thread.start()
+
+    def submit(self, record: Record) -> asyncio.Future | None:
+        """Queue ``record``; the returned future resolves when it is durable (or fails).
+
+        Called outside a running loop (or with no one to wait), returns None and the record
+        is still written.
+        """
+        if self._closed:
+            raise WriterClosed("the record writer is closed (server shutting down)")
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        fut = loop.create_future() if loop is not None else None
+        self._queue.put((record, fut, loop))
+        return fut
+
+    async def write(self, record: Record) -> None:
+        """Queue ``record`` and wait until it is durable."""
+        fut = self.submit(record)
+        if fut is not None:
+            await fut
+
+    def close(self, timeout: float | None = 60) -> None:
+        """Flush everything queued, then stop the thread."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._thread is None:
+            return
+        self._queue.put(_STOP)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.error("record writer did not finish flushing within %ss", timeout)
+
+    # ------------------------------------------------------------------ the thread
+
+    def _run(self) -> None:
+        stop = False
+        while not stop:
+            item = self._queue.get()
+            if item is _STOP:
+                break
+            batch = [item]
+            while len(batch) < self.max_batch:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    stop = True
+                    break
+                batch.append(item)
+            self._commit(batch)
+
+    def _commit(self, batch: list[tuple[Record, asyncio.Future | None, Any]]) -> None:
+        started = time.perf_counter()
+        results: list[BaseException | None]
+        try:
+            self.store.add_records([r for r, _, _ in batch])
+            results = [None] * len(batch)
+        except Exception as exc:
+            if len(batch) == 1:
+                results = [exc]
+            else:
+                # One bad record must not fail its batch-mates: retry them one by one.
+                log.warning("batch of %d records failed (%s); retrying one by one", len(batch), exc)
+                results = []
+                for record, _, _ in batch:
+                    try:
+                        self.store.add_records([record])
+                        results.append(None)
+                    except Exception as one:
+                        results.append(one)
+        for (record, _, _), res in zip(batch, results):
+            if res is not None:
+                self.failures += 1
+                log.error("could not store record %s: %s", record.id, res)
+        if self.on_batch is not None:
+            try:
+                self.on_batch(len(batch), time.perf_counter() - started)
+            except Exception:
+                log.exception("writer batch callback failed")
+        by_loop: dict[Any, list[tuple[Record, asyncio.Future | None, BaseException | None]]] = {}
+        for (record, fut, loop), res in zip(batch, results):
+            by_loop.setdefault(loop, []).append((record, fut, res))
+        for loop, items in by_loop.items():
+            if loop is None or loop.is_closed():
+                self._resolve(items)
+                continue
+            try:
+                loop.call_soon_threadsafe(self._resolve, items)
+            except RuntimeError:  # the loop closed between the check and the call
+                self._resolve(items)
+
+    def _resolve(self, items: list[tuple[Record, asyncio.Future | None, BaseException | None]]) -> None:
+        for record, fut, res in items:
+            if fut is not None and not fut.done():
+                if res is None:
+                    fut.set_result(None)
+                else:
+                    fut.set_exception(res)
+            if res is None and self.on_stored is not None:
+                try:
+                    self.on_stored(record)
+                except Exception:
+                    log.exception("record_stored observer failed")
