@@ -1,0 +1,35 @@
+"""Test helpers for Reef and its plugins: fake model servers and a live Reef.
+
+- ``FakeUpstream(dialect, responder)`` — an OpenAI- or Anthropic-speaking model server on a
+  random loopback port; answers come from ``responder(body) -> Reply | str``; controls to
+  fail, hang, or cut a stream (see ``reef_core.testing.fake_upstream``).
+- ``Reply`` / ``ToolCall`` — what the fake model says; ``system_prompt``, ``last_user_text``,
+  ``tool_results``, ``tool_names`` read a request body of either dialect.
+- ``ReefServer(state_dir, overrides, upstream=...)`` — kernel + app under uvicorn in a thread,
+  with ``.url``, ``.store``, ``.client()``, ``.openai()``, ``.anthropic()``.
+- ``reef_settings(...)`` — validated settings for a test Reef without starting it.
+- ``ServerThread(app)`` — any ASGI app on a random port in a thread.
+- ``parse_sse(text)`` — events of a raw SSE body.
+"""
+
+from .fake_upstream import FakeUpstream
+from .reef_server import ReefServer, reef_settings
+from .replies import Reply, Responder, ToolCall, echo, last_user_text, system_prompt, tool_names, tool_results
+from .servers import ServerThread
+from .sse import parse_sse
+
+__all__ = [
+    "FakeUpstream",
+    "ReefServer",
+    "Reply",
+    "Responder",
+    "ServerThread",
+    "ToolCall",
+    "echo",
+    "last_user_text",
+    "parse_sse",
+    "reef_settings",
+    "system_prompt",
+    "tool_names",
+    "tool_results",
+]

@@ -1,0 +1,106 @@
+"""Run a whole Reef (kernel + app) for tests, on a real loopback socket."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+import httpx
+
+from ..config import Settings, TokenSettings, load_settings
+from ..kernel import Reef
+from .fake_upstream import FakeUpstream
+from .servers import ServerThread
+
+
+def reef_settings(state_dir: str | Path, overrides: Iterable[str] = (), *,
+                  upstream: FakeUpstream | str | None = None, dialect: str | None = None,
+                  tokens: list[dict[str, Any]] | None = None) -> Settings:
+    """Validated settings for a test Reef: state in ``state_dir``, runtime pointed at ``upstream``.
+
+    ``tokens`` replaces ``auth.tokens`` (e.g. ``[{"token": "t", "role": "infer",
+    "scenarios": ["a"]}]``); ``REEF_TOKEN`` from the environment is dropped when given.
+    """
+    ov = [f"server.state_dir={Path(state_dir)}"]
+    if upstream is not None:
+        url = upstream.url if isinstance(upstream, FakeUpstream) else str(upstream)
+        ov.append(f"runtime.upstream_url={url}")
+        dialect = dialect or (upstream.dialect if isinstance(upstream, FakeUpstream) else None)
+    if dialect:
+        ov.append(f"runtime.dialect={dialect}")
+    settings = load_settings([*ov, *overrides])
+    if tokens is not None:
+        settings.auth.tokens = [TokenSettings.model_validate(t) for t in tokens]
+    return settings
+
+
+class ReefServer:
+    """A Reef served by uvicorn on ``127.0.0.1:<random port>`` in a thread.
+
+        with FakeUpstream("openai") as up, ReefServer(tmp_path, upstream=up) as reef:
+            r = reef.client().post("/v1/chat/completions", json={...})
+            record = reef.store.get_record(r.headers["x-reef-agent-record-id"])
+
+    ``overrides`` are Hydra overrides (``server.default_scenario=s``); ``token`` is sent by
+    ``client()`` / ``openai()`` / ``anthropic()`` when given. Leaving the block flushes the
+    record writer and stops the kernel, like a server shutdown.
+    """
+
+    def __init__(self, state_dir: str | Path, overrides: Iterable[str] = (), *,
+                 upstream: FakeUpstream | str | None = None, dialect: str | None = None,
+                 tokens: list[dict[str, Any]] | None = None, token: str | None = None,
+                 settings: Settings | None = None, log_level: str = "warning"):
+        from ..plugins import get_plugins
+        from ..serve.app import create_app
+
+        self.settings = settings or reef_settings(state_dir, overrides, upstream=upstream, dialect=dialect,
+                                                  tokens=tokens)
+        self.token = token
+        self.reef = Reef(self.settings, get_plugins())
+        self.app = create_app(self.reef)
+        self._server = ServerThread(self.app, log_level=log_level)
+
+    @property
+    def url(self) -> str:
+        return self._server.url
+
+    @property
+    def store(self):
+        return self.reef.store
+
+    def start(self) -> "ReefServer":
+        self._server.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    def __enter__(self) -> "ReefServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def _auth(self, token: str | None) -> dict[str, str]:
+        token = token if token is not None else self.token
+        return {"authorization": f"Bearer {token}"} if token else {}
+
+    def client(self, token: str | None = None, **kwargs: Any) -> httpx.Client:
+        """An ``httpx.Client`` for this server (sends the token when one is set)."""
+        headers = {**self._auth(token), **kwargs.pop("headers", {})}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=kwargs.pop("timeout", 30), **kwargs)
+
+    def openai(self, token: str | None = None, **kwargs: Any):
+        """An official ``openai.OpenAI`` client pointed at this server."""
+        import openai
+
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=token or self.token or "unused",
+                             max_retries=0, **kwargs)
+
+    def anthropic(self, token: str | None = None, **kwargs: Any):
+        """An official ``anthropic.Anthropic`` client pointed at this server (token as Bearer)."""
+        import anthropic
+
+        tok = token or self.token
+        return anthropic.Anthropic(base_url=self.url, api_key="unused", max_retries=0,
+                                   default_headers=self._auth(tok) if tok else None, **kwargs)
