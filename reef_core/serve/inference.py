@@ -22,8 +22,8 @@ from ..errors import RuntimeCallError
 from ..store import Record
 from ..types import ActiveRelease, InferenceCall
 from . import jsonfast
-from .dialects import StreamAssembler, stream_translator, translate_request, translate_response, usage_summary
-from .errors import error_response, upstream_error_response
+from .dialects import StreamAssembler, is_usage_chunk, stream_translator, translate_request, translate_response, usage_summary
+from .errors import error_body, error_response, upstream_error_response
 from .state import ServeState
 
 log = logging.getLogger("reef.serve")
@@ -156,8 +156,7 @@ async def stream(state: ServeState, ex: Exchange) -> Response:
     except Exception as exc:
         return await _fail(state, ex, call, exc, ex.route)
     state.metrics.first_byte.labels(ex.route).observe(time.perf_counter() - ex.started)
-    translator = stream_translator(state.runtime_dialect, ex.dialect, include_usage=_client_wants_usage(ex.body),
-                                   drop_usage_chunks=not _client_wants_usage(ex.body))
+    translator = stream_translator(state.runtime_dialect, ex.dialect)
     return StreamingResponse(_relay(state, ex, call, events, first, translator),
                              media_type="text/event-stream", headers={**ex.headers(), **_SSE_HEADERS})
 
@@ -166,30 +165,31 @@ async def _relay(state: ServeState, ex: Exchange, call: InferenceCall, events: A
                  first: dict[str, Any] | None, translator: Any) -> AsyncIterator[bytes]:
     dialect = ex.dialect
     assembler = StreamAssembler(dialect)
+    # OpenAI: Reef asks the runtime for usage (for the record); the client sees it only if it asked.
+    drop_usage = dialect == "openai" and not _client_wants_usage(ex.body)
     held_stop: dict[str, Any] | None = None  # Anthropic message_stop, sent after the record is durable
     recorded = False
     error = "the client disconnected before the stream finished"
     try:
         try:
             pending = [] if first is None else translator.feed(first)
+            done = False
             while True:
                 for ev in pending:
                     if dialect == "anthropic" and ev.get("type") == "message_stop":
                         held_stop = ev
                         continue
                     assembler.add(ev)
+                    if drop_usage and is_usage_chunk(ev):
+                        continue
                     yield _sse(dialect, ev)
-                try:
-                    nxt = await events.__anext__()
-                except StopAsyncIteration:
+                if done:
                     break
-                pending = translator.feed(nxt)
-            for ev in translator.finish():
-                if dialect == "anthropic" and ev.get("type") == "message_stop":
-                    held_stop = ev
-                    continue
-                assembler.add(ev)
-                yield _sse(dialect, ev)
+                try:
+                    pending = translator.feed(await events.__anext__())
+                except StopAsyncIteration:
+                    pending = translator.finish()
+                    done = True
         except Exception as exc:  # upstream broke mid-stream: record incomplete, tell the client
             error = str(exc) if isinstance(exc, RuntimeCallError) else f"{type(exc).__name__}: {exc}"
             status = exc.status if isinstance(exc, RuntimeCallError) else 502
@@ -198,10 +198,8 @@ async def _relay(state: ServeState, ex: Exchange, call: InferenceCall, events: A
             state.writer.submit(ex.record(call, state.runtime_name, status="incomplete",
                                           response=assembler.result(), error=error))
             state.metrics.requests.labels(ex.route, ex.scenario, "incomplete").inc()
-            from .errors import error_body
-
-            yield _sse(dialect, error_body(dialect, status, error, error_type="api_error")
-                       if dialect == "openai" else error_body(dialect, status, error))
+            # Tell the client in-band: both SDKs raise on an error event inside a stream.
+            yield _sse(dialect, error_body(dialect, status, error, error_type="api_error"))
             return
         record = ex.record(call, state.runtime_name, status="ok", response=assembler.result())
         recorded = True

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from .requests import translate_request
 from .responses import translate_response, usage_summary
-from .streams import StreamAssembler, stream_translator
+from .streams import StreamAssembler, is_usage_chunk, stream_translator
 
 DIALECTS = ("openai", "anthropic")
 
 __all__ = [
     "DIALECTS",
     "StreamAssembler",
+    "is_usage_chunk",
     "stream_translator",
     "translate_request",
     "translate_response",

@@ -17,16 +17,15 @@ from .responses import FINISH_FROM_STOP, STOP_FROM_FINISH, anthropic_usage, open
 Event = dict[str, Any]
 
 
-class Passthrough:
-    """Same dialect on both sides. For OpenAI, drops the usage-only chunk Reef asked for
-    (``stream_options.include_usage``) when the client did not ask for it itself."""
+def is_usage_chunk(event: Event) -> bool:
+    """An OpenAI usage-only chunk (``choices`` empty), sent only to clients that asked for it."""
+    return not event.get("choices") and bool(event.get("usage")) and "object" in event
 
-    def __init__(self, drop_usage_chunks: bool = False):
-        self.drop_usage_chunks = drop_usage_chunks
+
+class Passthrough:
+    """Same dialect on both sides: events go through unchanged."""
 
     def feed(self, event: Event) -> list[Event]:
-        if self.drop_usage_chunks and not event.get("choices") and "usage" in event:
-            return []
         return [event]
 
     def finish(self) -> list[Event]:
@@ -34,10 +33,12 @@ class Passthrough:
 
 
 class AnthropicToOpenAI:
-    """Anthropic Messages stream events → OpenAI ``chat.completion.chunk`` objects."""
+    """Anthropic Messages stream events → OpenAI ``chat.completion.chunk`` objects.
 
-    def __init__(self, include_usage: bool = False):
-        self.include_usage = include_usage
+    ``finish`` always emits the usage chunk; the server drops it for clients that did not
+    ask for usage (after the record has taken it)."""
+
+    def __init__(self) -> None:
         self.id = "chatcmpl-reef"
         self.model = ""
         self.created = int(time.time())
@@ -89,8 +90,6 @@ class AnthropicToOpenAI:
         return []  # ping, content_block_stop, message_stop
 
     def finish(self) -> list[Event]:
-        if not self.include_usage:
-            return []
         return [{"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
                  "choices": [], "usage": openai_usage(self.usage)}]
 
@@ -169,13 +168,12 @@ class StreamError(Exception):
     """The upstream reported an error inside an already started stream."""
 
 
-def stream_translator(source: str, target: str, *, include_usage: bool = False,
-                      drop_usage_chunks: bool = False):
+def stream_translator(source: str, target: str):
     """A translator from ``source`` (runtime) to ``target`` (client) stream events."""
     if source == target:
-        return Passthrough(drop_usage_chunks=drop_usage_chunks and target == "openai")
+        return Passthrough()
     if source == "anthropic" and target == "openai":
-        return AnthropicToOpenAI(include_usage=include_usage)
+        return AnthropicToOpenAI()
     if source == "openai" and target == "anthropic":
         return OpenAIToAnthropic()
     raise ValueError(f"cannot translate streams from {source!r} to {target!r}")
