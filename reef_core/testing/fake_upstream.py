@@ -17,7 +17,8 @@ It serves ``POST /v1/chat/completions`` (dialect ``openai``) or ``POST /v1/messa
 - ``fail(status, message)`` — answer a provider-shaped error;
 - ``hang()`` — hold requests until ``release()``, ``close()`` or ``seconds``;
 - ``cut_stream(after_events)`` — break a stream's connection after that many events;
-- ``end_stream_early(after_events)`` — end a stream cleanly but without its final event.
+- ``end_stream_early(after_events)`` — end a stream cleanly but without its final event;
+- ``stall_stream(after_events)`` — stop sending after that many events until ``release()``.
 """
 
 from __future__ import annotations
@@ -124,6 +125,11 @@ class FakeUpstream:
         """End the next streams cleanly after ``after_events`` events, without the final event."""
         self._add(_Control("end_early", times, after_events=after_events))
 
+    def stall_stream(self, after_events: int = 2, *, times: int | None = 1) -> None:
+        """Stall the next streams after ``after_events`` events until ``release()`` or ``close()``."""
+        self._released.clear()
+        self._add(_Control("stall", times, after_events=after_events))
+
     def reset(self) -> None:
         """Forget controls and recorded requests."""
         with self._lock:
@@ -193,17 +199,20 @@ class FakeUpstream:
         if not body.get("stream"):
             make = self._openai_body if self.dialect == "openai" else self._anthropic_body
             return JSONResponse(make(reply, model, n))
-        control = self._take(("cut", "end_early"))
+        control = self._take(("cut", "end_early", "stall"))
         events = self._openai_events(reply, model, n, body) if self.dialect == "openai" \
             else self._anthropic_events(reply, model, n)
         return StreamingResponse(self._sse(events, control), media_type="text/event-stream")
 
     async def _sse(self, events: list[tuple[str | None, Any]], control: _Control | None) -> AsyncIterator[bytes]:
         for i, (name, data) in enumerate(events):
-            if control is not None and i >= control.after_events:
+            if control is not None and i == control.after_events:
                 if control.kind == "cut":
                     raise StreamCut("fake upstream cut the stream")
-                return
+                if control.kind == "end_early":
+                    return
+                while not self._released.is_set():
+                    await asyncio.sleep(0.02)
             payload = data if isinstance(data, str) else json.dumps(data)
             yield (f"event: {name}\n" if name else "").encode() + f"data: {payload}\n\n".encode()
             await asyncio.sleep(0)

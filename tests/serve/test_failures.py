@@ -1,0 +1,120 @@
+"""Upstream errors, broken streams and disconnects: the right answer, a record, and a live server."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from reef_core.testing import FakeUpstream, ReefServer, parse_sse
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "one two three four five six"}]}
+MSG = {"model": "m", "max_tokens": 50, "messages": [{"role": "user", "content": "one two three four five six"}]}
+
+
+def _wait_record(reef, receipt, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rec = reef.store.get_record(receipt)
+        if rec is not None:
+            return rec
+        time.sleep(0.02)
+    raise AssertionError(f"record {receipt} was never stored")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("route,body,shape", [("/v1/chat/completions", CHAT, "openai"),
+                                              ("/v1/messages", MSG, "anthropic")])
+def test_upstream_unreachable_502_and_error_record(tmp_path, route, body, shape):
+    with ReefServer(tmp_path, upstream=f"http://127.0.0.1:{_free_port()}", dialect="openai") as reef:
+        for streamed in (False, True):
+            r = reef.client().post(route, json={**body, "stream": streamed})
+            assert r.status_code == 502
+            err = r.json()
+            if shape == "openai":
+                assert "unreachable" in err["error"]["message"]
+            else:
+                assert err["type"] == "error" and "unreachable" in err["error"]["message"]
+            rec = reef.store.get_record(r.headers["x-reef-agent-record-id"])
+            assert rec.status == "error" and "unreachable" in rec.error
+        assert reef.client().get("/healthz").json() == {"ok": True}
+
+
+@pytest.mark.parametrize("upstream", ["openai", "anthropic"])
+@pytest.mark.parametrize("status", [400, 429, 503])
+def test_upstream_error_relayed_with_status_and_message(reefs, upstreams, upstream, status):
+    up, reef = upstreams[upstream], reefs[upstream]
+    up.fail(status, "quota says no", times=2)
+    with pytest.raises(openai.APIStatusError) as oe:
+        reef.openai().chat.completions.create(**CHAT)
+    assert oe.value.status_code == status and "quota says no" in str(oe.value)
+    with pytest.raises(anthropic.APIStatusError) as ae:
+        reef.anthropic().messages.create(**MSG, stream=True)
+    assert ae.value.status_code == status and "quota says no" in str(ae.value)
+    for rid in (oe.value.response.headers["x-reef-agent-record-id"],
+                ae.value.response.headers["x-reef-agent-record-id"]):
+        rec = reef.store.get_record(rid)
+        assert rec.status == "error" and "quota says no" in rec.error
+
+
+@pytest.mark.parametrize("upstream", ["openai", "anthropic"])
+@pytest.mark.parametrize("route,body", [("/v1/chat/completions", CHAT), ("/v1/messages", MSG)])
+def test_upstream_stream_cut_leaves_incomplete_record(reefs, upstreams, upstream, route, body):
+    up, reef = upstreams[upstream], reefs[upstream]
+    up.cut_stream(after_events=4)
+    r = reef.client().post(route, json={**body, "stream": True})
+    assert r.status_code == 200
+    events = parse_sse(r.text)
+    last = events[-1][1]
+    assert "error" in last  # the client learns the stream broke, in its own dialect
+    rec = _wait_record(reef, r.headers["x-reef-agent-record-id"])
+    assert rec.status == "incomplete" and rec.error
+    assert rec.response is not None  # what arrived before the cut
+    ok = reef.client().post(route, json=body)
+    assert ok.status_code == 200
+
+
+def test_upstream_stream_ending_early_is_incomplete(reefs, upstreams):
+    upstreams["anthropic"].end_stream_early(after_events=3)
+    with pytest.raises(anthropic.APIError):
+        with reefs["anthropic"].anthropic().messages.stream(**MSG) as s:
+            receipt = s.response.headers["x-reef-agent-record-id"]
+            s.get_final_message()
+    rec = _wait_record(reefs["anthropic"], receipt)
+    assert rec.status == "incomplete" and "final event" in rec.error
+
+
+@pytest.mark.parametrize("upstream", ["openai", "anthropic"])
+@pytest.mark.parametrize("route,body", [("/v1/chat/completions", CHAT), ("/v1/messages", MSG)])
+def test_client_disconnect_mid_stream_leaves_incomplete_record(reefs, upstreams, upstream, route, body):
+    up, reef = upstreams[upstream], reefs[upstream]
+    up.stall_stream(after_events=3)
+    with httpx.Client(base_url=reef.url, timeout=10) as c:
+        with c.stream("POST", route, json={**body, "stream": True}) as r:
+            receipt = r.headers["x-reef-agent-record-id"]
+            next(r.iter_bytes())  # some events arrived; now the client goes away
+    rec = _wait_record(reef, receipt)
+    up.release()
+    assert rec.status == "incomplete"
+    assert "disconnected" in rec.error
+    assert reef.client().post(route, json=body).status_code == 200
+
+
+def test_upstream_timeout_is_502_and_server_keeps_serving(tmp_path):
+    with FakeUpstream("openai") as up, ReefServer(tmp_path, upstream=up,
+                                                  overrides=["runtime.timeout_s=0.3"]) as reef:
+        up.hang(times=1)
+        r = reef.client().post("/v1/chat/completions", json=CHAT)
+        up.release()
+        assert r.status_code == 502 and "timed out" in r.json()["error"]["message"]
+        assert reef.store.get_record(r.headers["x-reef-agent-record-id"]).status == "error"
+        assert reef.client().post("/v1/chat/completions", json=CHAT).status_code == 200
