@@ -147,7 +147,8 @@ def load_plugins(env: dict[str, str] | None = None) -> Plugins:
     try:
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
-        raise PluginError(f"plugin {exc.plugin_name!r} implements an unknown hook: {exc}") from exc
+        name = pm.get_name(exc.plugin) or repr(exc.plugin)
+        raise PluginError(f"plugin {name!r} implements a hook Reef does not define: {exc}") from exc
 
     plugins = Plugins(pm=pm)
     for kind in KINDS:
@@ -174,7 +175,7 @@ def _collect(pm: pluggy.PluginManager, kind: str) -> dict[str, Registered]:
                     f"plugin {_plugin!r} registered {kind} {name!r}, "
                     f"which plugin {found[name].plugin!r} already registered"
                 )
-            missing = missing_members(kind, obj)
+            missing = missing_members(kind, obj, attributes=not isinstance(obj, type))
             if missing:
                 raise PluginError(
                     f"plugin {_plugin!r} registered {kind} {name!r} without "
@@ -276,7 +277,7 @@ def instantiate(kind: str, name: str, options: dict[str, Any], plugins: Plugins,
     ``services`` (``state_dir``, ``store``, ...) are passed only when the constructor declares
     a parameter of that name.
     """
-    from .errors import ConfigError
+    from .errors import ConfigError, PluginError
 
     sig = check_options(kind, name, options, plugins, services=tuple(services))
     kwargs = dict(options)
@@ -286,6 +287,13 @@ def instantiate(kind: str, name: str, options: dict[str, Any], plugins: Plugins,
                 kwargs[key] = value
     cls = plugins.get(kind, name)
     try:
-        return cls(**kwargs)
+        obj = cls(**kwargs)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"invalid options for {kind.replace('_', ' ')} {name!r}: {exc}") from exc
+    missing = missing_members(kind, obj)
+    if missing:
+        owner = plugins.registry[kind][name].plugin
+        raise PluginError(
+            f"plugin {owner!r}: {kind} {name!r} has no {', '.join(missing)} after construction"
+        )
+    return obj

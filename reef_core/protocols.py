@@ -42,9 +42,14 @@ HOOK_FOR_KIND = {
 }
 
 
-def missing_members(kind: str, obj: object) -> list[str]:
-    """Names of required members ``obj`` lacks for ``kind`` (empty when it conforms)."""
+def missing_members(kind: str, obj: object, *, attributes: bool = True) -> list[str]:
+    """Names of required members ``obj`` lacks for ``kind`` (empty when it conforms).
+
+    A registered class is checked for its methods at registration; attributes may be set in
+    ``__init__`` (from options), so they are checked on the instance (``attributes=True``).
+    """
     spec = KINDS[kind]
     missing = [m for m in spec["methods"] if not callable(getattr(obj, m, None))]
-    missing += [a for a in spec["attributes"] if not hasattr(obj, a)]
+    if attributes:
+        missing += [a for a in spec["attributes"] if not hasattr(obj, a)]
     return missing
