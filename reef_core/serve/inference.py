@@ -117,9 +117,8 @@ async def _fail(state: ServeState, ex: Exchange, call: InferenceCall | None, exc
 
 async def complete(state: ServeState, ex: Exchange) -> Response:
     """Answer a non-streamed request; returns once the record is durable."""
-    call = None
+    call = make_call(state, ex)  # a body that cannot be translated is the client's 400
     try:
-        call = make_call(state, ex)
         answer = await state.reef.runtime.complete(call)
         body = translate_response(answer, state.runtime_dialect, ex.dialect)
     except Exception as exc:
@@ -145,9 +144,8 @@ def _sse(dialect: str, event: dict[str, Any]) -> bytes:
 
 async def stream(state: ServeState, ex: Exchange) -> Response:
     """Answer a streamed request. Upstream errors before the first event are plain error answers."""
-    call = None
+    call = make_call(state, ex)
     try:
-        call = make_call(state, ex)
         events = state.reef.runtime.stream(call).__aiter__()
         try:
             first: dict[str, Any] | None = await events.__anext__()
