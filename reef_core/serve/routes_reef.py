@@ -204,9 +204,12 @@ def _with_reports(store: RecordStore, rows: list) -> list[dict[str, Any]]:
 
 
 def _as_utc(value: datetime | None) -> datetime | None:
-    if value is not None and value.tzinfo is not None:
-        return value.astimezone(timezone.utc).replace(tzinfo=None)
-    return value
+    """Aware UTC (what the store compares against); a time without a zone is taken as UTC."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc)
 
 
 @router.get("/reef/scenarios/{scenario}/records", tags=["records"], responses=_ERRORS)
