@@ -279,6 +279,7 @@ def instantiate(kind: str, name: str, options: dict[str, Any], plugins: Plugins,
     """
     from .errors import ConfigError, PluginError
 
+    services = {"plugins": plugins, **services}  # the plugin set itself is a service too
     sig = check_options(kind, name, options, plugins, services=tuple(services))
     kwargs = dict(options)
     if sig is not None:
