@@ -334,3 +334,20 @@ class RecordStore:
         order = Release.sequence.desc() if newest_first else Release.sequence
         with self._read() as s:
             return list(s.exec(select(Release).where(Release.scenario == scenario).order_by(order)).all())
+
+    # ------------------------------------------------------------------ learning-side reads
+
+    def consumed_content_hashes(self, scenario: str, hashes: Iterable[str]) -> set[str]:
+        """Which of ``hashes`` belong to records of ``scenario`` that a candidate already consumed
+        (the ``dedup`` filter's memory across growth steps)."""
+        hashes = [h for h in dict.fromkeys(hashes) if h]
+        if not hashes:
+            return set()
+        with self._read() as s:
+            rows = s.exec(
+                select(Record.content_hash)
+                .join(Consumption, Consumption.item_id == Record.id)
+                .where(Record.scenario == scenario, Record.content_hash.in_(hashes))
+                .distinct()
+            ).all()
+        return set(rows)
