@@ -181,3 +181,4 @@ def records_export(config_file, scenario, output, overrides) -> None:
 
 def configure_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+from .cli_learning import register_commands; register_commands(main)  # noqa: E402

@@ -1,5 +1,164 @@
-"""Routes of the learning side: releases, candidates, rollback, grow, harness."""
+"""Routes of the learning side: releases, candidates, rollback, grow, harness.
 
-from fastapi import APIRouter
+Read routes take any valid token (limited to its scenarios); rollback and grow need
+``admin``. The work is done by the kernel's ``LearningLoop`` (``reef_core.grow``); these
+routes only translate HTTP to it.
+"""
 
-router = APIRouter()
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..commit.harness import harness_bundle
+from ..errors import NotFoundError
+from ..plugins import instantiate
+from ..store import to_json
+from .auth import Principal, check_scenario, require_role
+from .errors import ClientError
+from .routes_inference import SCENARIO_NAME
+
+router = APIRouter(tags=["learning"])
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "missing or unknown token"},
+    403: {"description": "token lacks the role or the scenario"},
+    404: {"description": "no such scenario, release or adapter"},
+    409: {"description": "conflict (stale head, a step already running)"},
+}
+
+
+class RollbackIn(BaseModel):
+    """Which earlier release to serve again (published as a new release)."""
+
+    model_config = ConfigDict(extra="forbid")
+    release_id: str = Field(..., min_length=1, max_length=100)
+
+
+def _loop(request: Request):
+    return request.app.state.reef.extensions["learning"]
+
+
+def _scenario(scenario: str, principal: Principal) -> str:
+    if not SCENARIO_NAME.match(scenario):
+        raise ClientError(f"{scenario[:80]!r} is not a valid scenario name", status=404)
+    check_scenario(principal, scenario)
+    return scenario
+
+
+@router.get("/reef/scenarios/{scenario}/releases", responses=_ERRORS)
+async def list_releases(scenario: str, request: Request,
+                        principal: Principal = Depends(require_role())) -> dict[str, Any]:
+    """The scenario's release chain, newest first (every release, rollbacks included)."""
+    _scenario(scenario, principal)
+    store = request.app.state.reef.store
+    rows = await run_in_threadpool(store.list_releases, scenario)
+    serving = request.app.state.reef.serving_release(scenario)
+    return {"scenario": scenario, "head_release_id": rows[0].release_id if rows else None,
+            "serving_release_id": serving.release_id if serving else None,
+            "releases": [to_json(r) for r in rows]}
+
+
+@router.get("/reef/scenarios/{scenario}/releases/{release_id}", responses=_ERRORS)
+async def get_release(scenario: str, release_id: str, request: Request,
+                      principal: Principal = Depends(require_role())) -> dict[str, Any]:
+    """One release: its manifest, the unified diff against its parent, and the evaluation
+    (with the candidate's decision) that admitted it."""
+    _scenario(scenario, principal)
+    lp = _loop(request)
+
+    def read() -> dict[str, Any]:
+        row = lp.chain.get(scenario, release_id)
+        candidate = lp.store.get_candidate(row.candidate_id) if row.candidate_id else None
+        return {
+            "release": to_json(row),
+            "manifest": lp.chain.manifest(row),
+            "diff": lp.chain.diff(row),
+            "evaluation": candidate.evaluation if candidate else row.evaluation,
+            "candidate": to_json(candidate) if candidate else None,
+        }
+
+    return await run_in_threadpool(read)
+
+
+@router.get("/reef/scenarios/{scenario}/candidates", responses=_ERRORS)
+async def list_candidates(scenario: str, request: Request,
+                          status: str | None = Query(None, description="only candidates with this status"),
+                          limit: int = Query(100, ge=1, le=1000),
+                          principal: Principal = Depends(require_role())) -> dict[str, Any]:
+    """Every candidate of the scenario, newest first, with its evaluation and decision
+    (rejected, errored and conflicting ones too)."""
+    _scenario(scenario, principal)
+    store = request.app.state.reef.store
+    rows = await run_in_threadpool(lambda: store.list_candidates(scenario, status=status, limit=limit))
+    return {"scenario": scenario, "candidates": [to_json(r) for r in rows]}
+
+
+@router.post("/reef/scenarios/{scenario}/rollback", responses=_ERRORS)
+async def rollback(scenario: str, body: RollbackIn, request: Request,
+                   principal: Principal = Depends(require_role("admin"))) -> dict[str, Any]:
+    """Publish an earlier release's content as a new release and serve it (history is kept)."""
+    _scenario(scenario, principal)
+    row = await _loop(request).rollback(scenario, body.release_id)
+    return {"release": to_json(row)}
+
+
+@router.post("/reef/scenarios/{scenario}/grow", responses=_ERRORS)
+async def grow(scenario: str, request: Request,
+               principal: Principal = Depends(require_role("admin"))) -> Response:
+    """Run one growth step now and answer what it did: the candidate, its evaluation and
+    decision, the release it published, or why nothing happened. 409 while a step runs."""
+    _scenario(scenario, principal)
+    result = await _loop(request).grow(scenario)
+    data = result.to_dict()
+    if result.outcome == "busy":
+        return JSONResponse({"error": {"type": "conflict", "message": result.reason}, **data}, status_code=409)
+    return JSONResponse(data)
+
+
+def _harness_scenario(request: Request, principal: Principal) -> str:
+    scenario = request.headers.get("x-reef-scenario", "").strip() or request.app.state.reef.settings.server.default_scenario
+    if not SCENARIO_NAME.match(scenario):
+        raise ClientError(f"x-reef-scenario {scenario[:80]!r} is not a valid scenario name")
+    check_scenario(principal, scenario)
+    return scenario
+
+
+def _serving(request: Request, scenario: str):
+    release = request.app.state.reef.serving_release(scenario)
+    if release is None:
+        raise NotFoundError(f"scenario {scenario!r} has no release yet; its harness is empty")
+    return release
+
+
+@router.get("/reef/harness", responses=_ERRORS)
+async def get_harness(request: Request, principal: Principal = Depends(require_role())) -> Response:
+    """The head release's harness tree (scenario from ``x-reef-scenario``): every file with its
+    size, SHA-256 and content; the release id in ``x-reef-release-id``."""
+    scenario = _harness_scenario(request, principal)
+    release = _serving(request, scenario)
+    bundle = await run_in_threadpool(harness_bundle, release)
+    return JSONResponse(bundle.to_json(), headers={"x-reef-release-id": release.release_id})
+
+
+@router.get("/reef/harness/install", responses=_ERRORS, response_class=Response)
+async def install_harness(request: Request, adapter: str = Query("files", description="harness adapter"),
+                          principal: Principal = Depends(require_role())) -> Response:
+    """A self-contained, checksum-verified POSIX sh installer of the head release's harness
+    tree (``sh install.sh [DEST]``), rendered by the named harness adapter."""
+    scenario = _harness_scenario(request, principal)
+    reef = request.app.state.reef
+    if adapter not in reef.plugins.names("harness_adapter"):
+        raise NotFoundError(f"no harness adapter {adapter!r}; installed: "
+                            f"{', '.join(reef.plugins.names('harness_adapter')) or 'none'}")
+    renderer = instantiate("harness_adapter", adapter, {}, reef.plugins, settings=reef.settings)
+    release = _serving(request, scenario)
+    bundle = await run_in_threadpool(harness_bundle, release)
+    script = renderer.render(bundle)
+    return Response(script, media_type=getattr(renderer, "media_type", "text/plain"),
+                    headers={"x-reef-release-id": release.release_id,
+                             "content-disposition": f'attachment; filename="reef-harness-{adapter}.sh"'})

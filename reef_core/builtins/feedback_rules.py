@@ -1,0 +1,178 @@
+"""The ``feedback_rules`` recipe: textual feedback on low-scored answers becomes harness rules.
+
+The simplest real harness learner, needing no GPU and no model of its own: each batch of
+low-scored reports with feedback adds general rules to ``harness/rules.md`` (normalised,
+deduplicated, capped; existing rules are kept, and so is any text of the file that is not a
+rule bullet). With a ``proposer`` configured, a model first rewrites each raw feedback into a
+concise rule; on any error the raw feedback is used instead, so learning never stalls on it.
+
+Options (``conf/recipe/feedback_rules.yaml``, ``scenarios.<s>.recipe_options``):
+``batch_size``, ``max_score`` (reports scored above it are not learned from), ``max_rules``,
+``max_rule_chars``, ``proposer`` (None; ``runtime`` for the scenario's own runtime; or
+``{url, model, api_key, timeout_s}`` of an OpenAI-compatible endpoint).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ..hookspecs import hookimpl
+from ..observe import Batch, Experience, response_text
+from ..types import Candidate
+
+log = logging.getLogger("reef.recipe.feedback_rules")
+
+REWRITE_PROMPT = (
+    "You maintain the rules an AI assistant follows. A user gave the feedback below on one of its "
+    "answers. Rewrite it as ONE short, general rule in the imperative that would have avoided the "
+    "problem in future answers. Reply with the rule only, no preamble, no quotes."
+)
+_BULLET = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
+
+
+def normalize_rule(text: str, max_chars: int) -> str:
+    """One line, no bullet or quotes, first letter capitalised, ends with a full stop, capped."""
+    text = _BULLET.sub("", " ".join(text.split())).strip().strip("\"'`").strip()
+    if not text:
+        return ""
+    if len(text) > max_chars:
+        text = text[: max_chars - 1].rstrip() + "…"
+    text = text[0].upper() + text[1:]
+    if text[-1] not in ".!?…":
+        text += "."
+    return text
+
+
+def rule_key(rule: str) -> str:
+    """What makes two rules the same: their words, case and punctuation ignored."""
+    return " ".join(re.findall(r"\w+", rule.casefold()))
+
+
+def parse_rules(text: str) -> tuple[str, list[str]]:
+    """(text that is not a rule bullet, the rules) of a ``rules.md``."""
+    preamble, rules = [], []
+    for line in text.splitlines():
+        if _BULLET.match(line):
+            rules.append(_BULLET.sub("", line).strip())
+        elif line.strip() and not (line.startswith("#") and line.strip("# ").casefold() == "rules"):
+            preamble.append(line.rstrip())
+    return "\n".join(preamble).strip(), rules
+
+
+def render_rules(preamble: str, rules: list[str]) -> str:
+    head = (preamble + "\n\n") if preamble else ""
+    return head + "".join(f"- {r}\n" for r in rules)
+
+
+class FeedbackRulesRecipe:
+    """Turns the textual feedback of low-scored reports into rules in ``harness/rules.md``."""
+
+    update_target = "harness"
+    default_evaluator = "task_suite"
+
+    def __init__(self, batch_size: int = 3, max_score: float | None = 0.5, max_rules: int = 50,
+                 max_rule_chars: int = 240, proposer: str | dict[str, Any] | None = None):
+        if batch_size < 1:
+            raise ValueError("batch_size must be 1 or more")
+        if max_rules < 1 or max_rule_chars < 20:
+            raise ValueError("max_rules must be 1 or more and max_rule_chars 20 or more")
+        if isinstance(proposer, dict) and not proposer.get("url"):
+            raise ValueError("proposer needs a 'url' (an OpenAI-compatible endpoint) or the string 'runtime'")
+        if isinstance(proposer, str) and proposer != "runtime":
+            raise ValueError("proposer must be 'runtime' or {url, model, api_key, timeout_s}")
+        self.batch_size = batch_size
+        self.max_score = max_score
+        self.max_rules = max_rules
+        self.max_rule_chars = max_rule_chars
+        self.proposer = proposer
+
+    @property
+    def filters(self) -> list[Any]:
+        if self.max_score is None:
+            return ["scored"]
+        return ["scored", ("score_window", {"max": self.max_score})]
+
+    def propose(self, batch: Batch, current_artifact: Path | None, ctx: Any) -> Candidate | None:
+        feedback = [(e, e.feedback_text()) for e in batch if e.feedback_text()]
+        if not feedback:
+            return None
+        current = ""
+        if current_artifact is not None and (current_artifact / "harness" / "rules.md").is_file():
+            current = (current_artifact / "harness" / "rules.md").read_text(encoding="utf-8")
+        preamble, rules = parse_rules(current)
+        keys = {rule_key(r) for r in rules}
+        added: list[str] = []
+        with ctx.progress.task("writing rules from feedback", total=len(feedback)) as bar:
+            for exp, text in feedback:
+                rule = normalize_rule(self._rewrite(exp, text, ctx), self.max_rule_chars)
+                bar.advance()
+                key = rule_key(rule)
+                if not key or key in keys:
+                    continue
+                if len(rules) >= self.max_rules:
+                    ctx.log.info("rules cap (%d) reached; further feedback in this batch is not turned into rules",
+                                 self.max_rules)
+                    break
+                keys.add(key)
+                rules.append(rule)
+                added.append(rule)
+        if not added:
+            return None
+        artifact = ctx.new_artifact()
+        (artifact / "harness").mkdir(parents=True, exist_ok=True)
+        (artifact / "harness" / "rules.md").write_text(render_rules(preamble, rules), encoding="utf-8")
+        return Candidate(scenario=batch.scenario, recipe="feedback_rules", artifact_dir=artifact,
+                         summary=f"add {len(added)} rule(s): " + " | ".join(added),
+                         metadata={"added_rules": added, "rules": len(rules)})
+
+    # ------------------------------------------------------------------ proposer
+
+    def _rewrite(self, exp: Experience, feedback: str, ctx: Any) -> str:
+        if self.proposer is None:
+            return feedback
+        question = ""
+        if exp.records:
+            req = exp.records[-1].request or {}
+            users = [m for m in req.get("messages", []) if isinstance(m, dict) and m.get("role") == "user"]
+            if users:
+                content = users[-1].get("content")
+                question = content if isinstance(content, str) else response_text({"content": content})
+        user = f"Request: {question[:2000]}\n\nFeedback: {feedback}" if question else f"Feedback: {feedback}"
+        messages = [{"role": "system", "content": REWRITE_PROMPT}, {"role": "user", "content": user}]
+        try:
+            rule = self._ask(messages, ctx).strip()
+            if not rule:
+                raise ValueError("the proposer answered with an empty rule")
+            return rule.splitlines()[0]
+        except Exception as exc:  # noqa: BLE001 - documented fallback: the raw feedback
+            ctx.log.warning("proposer failed (%s: %s); using the raw feedback as the rule", type(exc).__name__, exc)
+            return feedback
+
+    def _ask(self, messages: list[dict[str, Any]], ctx: Any) -> str:
+        if self.proposer == "runtime":
+            if getattr(ctx.runtime, "dialect", "openai") == "anthropic":
+                body = {"model": ctx.settings.runtime.get("model") or "default", "max_tokens": 200,
+                        "system": messages[0]["content"], "messages": messages[1:]}
+            else:
+                body = {"model": ctx.settings.runtime.get("model") or "default", "messages": messages,
+                        "max_tokens": 200}
+            return response_text(ctx.complete(body, None, timeout_s=60))
+        cfg = dict(self.proposer)
+        url = str(cfg["url"]).rstrip("/")
+        if not url.endswith("/chat/completions"):
+            url += "/chat/completions" if url.endswith("/v1") else "/v1/chat/completions"
+        headers = {"authorization": f"Bearer {cfg['api_key']}"} if cfg.get("api_key") else {}
+        body = {"model": cfg.get("model") or "default", "messages": messages, "max_tokens": 200, "temperature": 0}
+        r = httpx.post(url, json=body, headers=headers, timeout=float(cfg.get("timeout_s", 60)))
+        r.raise_for_status()
+        return response_text(r.json())
+
+
+@hookimpl
+def register_recipes(register: Any) -> None:
+    register("feedback_rules", FeedbackRulesRecipe)

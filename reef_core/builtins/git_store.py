@@ -1,0 +1,231 @@
+"""The ``git`` artifact store: each scenario's release chain as commits on one ref.
+
+Layout: a bare repository (``<state_dir>/artifacts.git`` unless ``path`` is set), one ref per
+scenario (``refs/reef/scenarios/<name>``), one commit per release whose tree is the artifact
+plus a ``reef-release.json`` manifest. Refs move only by compare-and-swap
+(``git update-ref <ref> <new> <expected-old>``): a publisher whose expected head is stale
+gets ``PublishConflict`` and nothing changes.
+
+Binary files matching ``lfs_patterns`` go to Git LFS (objects under ``artifacts.git/lfs``).
+Without the ``git-lfs`` program the store still works for text-only artifacts (harness
+releases) and logs a warning once; publishing a file that needs LFS then fails with a clear
+message instead of silently putting large binaries into git history.
+
+Git runs hermetically (no system or global config), so a user's ``core.excludesFile`` or
+hooks cannot change what a release contains.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+import git
+
+from ..commit.artifacts import MANIFEST, ArtifactError, StoredRelease, artifact_files, content_hash
+from ..errors import PublishConflict
+from ..hookspecs import hookimpl
+
+log = logging.getLogger("reef.commit")
+
+REF_PREFIX = "refs/reef/scenarios/"
+ZERO = "0" * 40
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+
+_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_AUTHOR_NAME": "Reef",
+    "GIT_AUTHOR_EMAIL": "reef@localhost",
+    "GIT_COMMITTER_NAME": "Reef",
+    "GIT_COMMITTER_EMAIL": "reef@localhost",
+}
+
+
+def scenario_ref(scenario: str) -> str:
+    """The ref of ``scenario``: its name with every character outside ``[A-Za-z0-9_-]``
+    percent-encoded, so any scenario name makes a valid, reversible ref name."""
+    return REF_PREFIX + quote(scenario, safe="").replace(".", "%2E").replace("~", "%7E")
+
+
+class GitArtifactStore:
+    """Release chains in a bare git repository, refs moved by compare-and-swap."""
+
+    def __init__(self, path: str | None = None, lfs_patterns: list[str] | tuple[str, ...] = ("*.safetensors", "*.bin"),
+                 state_dir: Path | None = None):
+        if path is None and state_dir is None:
+            raise ValueError("artifact_store.path is required when no state directory is known")
+        self.path = Path(path).expanduser().resolve() if path else Path(state_dir) / "artifacts.git"
+        self.lfs_patterns = tuple(lfs_patterns)
+        self.lfs_available = shutil.which("git-lfs") is not None
+        self._init_lock = threading.Lock()
+        self._ready = False
+        self._manifests: dict[str, dict[str, Any]] = {}
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _git(self, *args: str, env: dict[str, str] | None = None, check: bool = True) -> tuple[int, str, str]:
+        self._ensure_repo()
+        full = dict(_ENV, **(env or {}))
+        status, out, err = git.Git().execute(
+            ["git", f"--git-dir={self.path}", *args], env=full,
+            with_extended_output=True, with_exceptions=False,
+        )
+        if check and status != 0:
+            raise ArtifactError(f"git {args[0]} failed in {self.path}: {err.strip() or out.strip()}")
+        return status, out, err
+
+    def _ensure_repo(self) -> None:
+        if self._ready:
+            return
+        with self._init_lock:
+            if self._ready:
+                return
+            if not (self.path / "HEAD").exists():
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                git.Repo.init(self.path, bare=True, mkdir=True).close()
+            repo = git.Repo(self.path)
+            try:
+                with repo.config_writer() as cw:
+                    if self.lfs_available:
+                        cw.set_value('filter "lfs"', "clean", "git-lfs clean -- %f")
+                        cw.set_value('filter "lfs"', "smudge", "git-lfs smudge -- %f")
+                        cw.set_value('filter "lfs"', "process", "git-lfs filter-process")
+                        cw.set_value('filter "lfs"', "required", "true")
+                    cw.set_value("gc", "auto", "0")
+            finally:
+                repo.close()
+            info = self.path / "info"
+            info.mkdir(exist_ok=True)
+            attrs = "".join(f"{p} filter=lfs diff=lfs merge=lfs -text\n" for p in self.lfs_patterns)
+            (info / "attributes").write_text(attrs if self.lfs_available else "")
+            if not self.lfs_available and self.lfs_patterns:
+                log.warning("git-lfs is not installed: harness releases work, but publishing a file "
+                            "matching %s will fail (install git-lfs to store adapters)",
+                            ", ".join(self.lfs_patterns))
+            self._ready = True
+
+    def read_manifest(self, commit: str) -> dict[str, Any]:
+        """The manifest of release commit ``commit``."""
+        return dict(self._manifest(commit))
+
+    def _manifest(self, commit: str) -> dict[str, Any]:
+        cached = self._manifests.get(commit)
+        if cached is None:
+            _, out, _ = self._git("cat-file", "blob", f"{commit}:{MANIFEST}")
+            cached = json.loads(out)
+            self._manifests[commit] = cached
+        return cached
+
+    def _resolve(self, scenario: str) -> str | None:
+        status, out, _ = self._git("rev-parse", "-q", "--verify", scenario_ref(scenario) + "^{commit}", check=False)
+        return out.strip() if status == 0 and out.strip() else None
+
+    # ------------------------------------------------------------------ protocol
+
+    def head(self, scenario: str) -> StoredRelease | None:
+        """The scenario's newest release, or None before its first."""
+        commit = self._resolve(scenario)
+        return StoredRelease(commit, self._manifest(commit)) if commit else None
+
+    def history(self, scenario: str) -> list[StoredRelease]:
+        """Every release of the scenario, newest first (the ref's first-parent chain)."""
+        head = self._resolve(scenario)
+        if head is None:
+            return []
+        _, out, _ = self._git("rev-list", "--first-parent", head)
+        return [StoredRelease(c, self._manifest(c)) for c in out.split()]
+
+    def scenarios(self) -> list[str]:
+        """Scenarios that have a release chain."""
+        _, out, _ = self._git("for-each-ref", "--format=%(refname)", REF_PREFIX)
+        return sorted(unquote(line[len(REF_PREFIX):]) for line in out.splitlines() if line.strip())
+
+    def heads(self) -> dict[str, str]:
+        """{scenario: head commit} of every chain, in one git call (polled to follow other writers)."""
+        _, out, _ = self._git("for-each-ref", "--format=%(objectname) %(refname)", REF_PREFIX)
+        heads = {}
+        for line in out.splitlines():
+            commit, _, ref = line.strip().partition(" ")
+            if ref.startswith(REF_PREFIX):
+                heads[unquote(ref[len(REF_PREFIX):])] = commit
+        return heads
+
+    def publish(self, scenario: str, artifact_dir: Path, manifest: dict[str, Any], *,
+                expected_head: str | None) -> StoredRelease:
+        """Commit ``artifact_dir`` + ``manifest`` on top of ``expected_head`` and move the
+        scenario's ref to it by compare-and-swap. ``expected_head`` None: the chain must be empty.
+
+        Raises PublishConflict when the ref is not at ``expected_head`` any more.
+        """
+        files = artifact_files(artifact_dir)
+        self._check_lfs(files)
+        with tempfile.TemporaryDirectory(prefix="reef-publish-") as tmp:
+            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index"), "GIT_WORK_TREE": str(Path(artifact_dir).resolve())}
+            if files:
+                self._git("add", "-A", "--", *[rel for rel, _ in files], env=env)
+            manifest_file = Path(tmp) / MANIFEST
+            manifest_file.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+            _, blob, _ = self._git("hash-object", "-w", str(manifest_file))
+            self._git("update-index", "--add", "--cacheinfo", f"100644,{blob.strip()},{MANIFEST}", env=env)
+            _, tree, _ = self._git("write-tree", env=env)
+        parents = ["-p", expected_head] if expected_head else []
+        message = f"{manifest.get('operation', 'train')} {manifest['release_id']} ({scenario})"
+        _, commit, _ = self._git("commit-tree", tree.strip(), *parents, "-m", message)
+        commit = commit.strip()
+        status, _, err = self._git("update-ref", "-m", message, scenario_ref(scenario), commit,
+                                   expected_head or ZERO, check=False)
+        if status != 0:
+            actual = self._resolve(scenario)
+            raise PublishConflict(
+                f"scenario {scenario!r} moved while this candidate was evaluated: expected head "
+                f"{expected_head or 'none'}, found {actual or 'none'}; nothing was published"
+            )
+        self._manifests[commit] = dict(manifest)
+        return StoredRelease(commit, dict(manifest))
+
+    def materialize(self, scenario: str, commit: str, dest: Path) -> Path:
+        """Write the tree of release ``commit`` into the new directory ``dest`` and check that
+        its content hash matches the manifest (a damaged store or missing LFS object fails)."""
+        manifest = self._manifest(commit)
+        dest = Path(dest)
+        dest.mkdir(parents=True, exist_ok=False)
+        with tempfile.TemporaryDirectory(prefix="reef-checkout-") as tmp:
+            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index"), "GIT_WORK_TREE": str(dest.resolve())}
+            self._git("read-tree", commit, env=env)
+            self._git("checkout-index", "-a", "-f", env=env)
+        got = content_hash(dest)
+        if got != manifest["content_hash"]:
+            raise ArtifactError(f"release {manifest['release_id']} of {scenario!r} materialized with content "
+                                f"hash {got}, but its manifest says {manifest['content_hash']}; the artifact "
+                                f"store at {self.path} is damaged or an LFS object is missing")
+        return dest
+
+    def diff(self, old_commit: str | None, new_commit: str) -> str:
+        """Unified diff of the artifact files between two releases (None: the empty tree)."""
+        _, out, _ = self._git("diff", "--no-color", "--no-ext-diff", "--no-textconv",
+                              old_commit or EMPTY_TREE, new_commit, "--", ".", f":(exclude){MANIFEST}")
+        return out
+
+    def _check_lfs(self, files: list[tuple[str, Path]]) -> None:
+        if self.lfs_available:
+            return
+        for rel, _ in files:
+            name = rel.rsplit("/", 1)[-1]
+            if any(fnmatch.fnmatch(name, p) or fnmatch.fnmatch(rel, p) for p in self.lfs_patterns):
+                raise ArtifactError(f"artifact file {rel!r} must be stored with Git LFS, but git-lfs is not "
+                                    "installed; install it (e.g. apt-get install git-lfs) and retry")
+
+
+@hookimpl
+def register_artifact_stores(register: Any) -> None:
+    register("git", GitArtifactStore)

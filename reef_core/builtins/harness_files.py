@@ -1,0 +1,181 @@
+"""The ``files`` harness adapter: a self-contained POSIX sh installer of a release's harness tree.
+
+``GET /reef/harness/install?adapter=files`` returns the script; ``sh install.sh [DEST]``
+writes the tree into DEST (default ``$REEF_HARNESS_DIR``, else ``./reef-harness``). The
+script carries every file inline (no callback to the server, no token), and:
+
+1. writes the files into a private staging directory and checks each one against the
+   SHA-256 it was generated with — a damaged or tampered script fails here, before DEST
+   is touched;
+2. exits without writing when DEST already holds exactly this release ("already current");
+3. refuses to overwrite a file changed since the last install (or present but not
+   installed by it) unless ``REEF_HARNESS_FORCE=1``;
+4. installs each file atomically (temp file + rename), removes files the previous
+   release had and this one does not, records ``.reef-harness.sha256`` (``sha256sum -c``
+   format) and ``.reef-harness-release``, and verifies DEST against the checksums.
+
+Checksums use ``sha256sum``, ``shasum -a 256`` or ``openssl``, whichever exists.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+from typing import Any
+
+from ..commit.harness import HarnessBundle
+from ..hookspecs import hookimpl
+
+_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789 .,_-/:=+@")
+
+_PRELUDE = r"""set -eu
+umask 022
+DEST=${1:-${REEF_HARNESS_DIR:-./reef-harness}}
+fail() { printf 'reef-harness: %s\n' "$*" >&2; exit 1; }
+if command -v sha256sum >/dev/null 2>&1; then
+  sha() { sha256sum "$1" | cut -d ' ' -f 1; }
+elif command -v shasum >/dev/null 2>&1; then
+  sha() { shasum -a 256 "$1" | cut -d ' ' -f 1; }
+elif command -v openssl >/dev/null 2>&1; then
+  sha() { openssl dgst -sha256 "$1" | sed 's/^.*= *//'; }
+else
+  fail "sha256sum, shasum or openssl is needed to verify the files"
+fi
+STAGE=$(mktemp -d "${TMPDIR:-/tmp}/reef-harness.XXXXXX") || fail "cannot create a staging directory"
+trap 'rm -rf "$STAGE"' EXIT
+trap 'exit 130' INT TERM
+"""
+
+_INSTALL = r"""
+# 1. the payload must be exactly what the server generated
+while read -r sum path; do
+  [ -n "$path" ] || continue
+  [ -f "$STAGE/$path" ] && [ "$(sha "$STAGE/$path")" = "$sum" ] \
+    || fail "checksum mismatch for $path in this installer: it is damaged or was tampered with; download it again"
+done <<REEF_SUMS
+$SUMS
+REEF_SUMS
+
+# 2. nothing to do when DEST holds exactly this release
+current=yes
+[ -f "$DEST/.reef-harness.sha256" ] && [ "$(cat "$DEST/.reef-harness.sha256")" = "$SUMS" ] || current=no
+if [ "$current" = yes ]; then
+  while read -r sum path; do
+    [ -n "$path" ] || continue
+    { [ -f "$DEST/$path" ] && [ "$(sha "$DEST/$path")" = "$sum" ]; } || { current=no; break; }
+  done <<REEF_SUMS
+$SUMS
+REEF_SUMS
+fi
+if [ "$current" = yes ]; then
+  printf 'reef-harness: %s is already current (release %s)\n' "$DEST" "$RELEASE"
+  exit 0
+fi
+
+# 3. never overwrite local changes silently
+OLD=
+[ -f "$DEST/.reef-harness.sha256" ] && OLD=$(cat "$DEST/.reef-harness.sha256")
+if [ "${REEF_HARNESS_FORCE:-0}" != 1 ]; then
+  while read -r sum path; do
+    [ -n "$path" ] && [ -f "$DEST/$path" ] || continue
+    [ "$(sha "$DEST/$path")" = "$sum" ] \
+      || fail "$DEST/$path was changed since it was installed; keep a copy and re-run with REEF_HARNESS_FORCE=1 to replace it"
+  done <<REEF_SUMS
+$OLD
+REEF_SUMS
+  while read -r sum path; do
+    [ -n "$path" ] && [ -f "$DEST/$path" ] || continue
+    case "
+$OLD
+" in *"  $path
+"*) continue ;; esac
+    [ "$(sha "$DEST/$path")" = "$sum" ] \
+      || fail "$DEST/$path exists and was not installed by Reef; move it away or re-run with REEF_HARNESS_FORCE=1"
+  done <<REEF_SUMS
+$SUMS
+REEF_SUMS
+fi
+
+# 4. install, prune, record, verify
+mkdir -p "$DEST" || fail "cannot create $DEST"
+while read -r sum path; do
+  [ -n "$path" ] || continue
+  mkdir -p "$(dirname "$DEST/$path")"
+  cp "$STAGE/$path" "$DEST/$path.reef-tmp" && mv -f "$DEST/$path.reef-tmp" "$DEST/$path" \
+    || fail "cannot write $DEST/$path"
+done <<REEF_SUMS
+$SUMS
+REEF_SUMS
+while read -r sum path; do
+  [ -n "$path" ] || continue
+  case "
+$SUMS
+" in *"  $path
+"*) continue ;; esac
+  rm -f "$DEST/$path"
+done <<REEF_SUMS
+$OLD
+REEF_SUMS
+printf '%s\n' "$SUMS" > "$DEST/.reef-harness.sha256.reef-tmp" && mv -f "$DEST/.reef-harness.sha256.reef-tmp" "$DEST/.reef-harness.sha256"
+printf 'release_id=%s\ncontent_hash=%s\nscenario=%s\n' "$RELEASE" "$CONTENT" "$SCENARIO" > "$DEST/.reef-harness-release"
+while read -r sum path; do
+  [ -n "$path" ] || continue
+  [ "$(sha "$DEST/$path")" = "$sum" ] || fail "verification failed for $DEST/$path after installing"
+done <<REEF_SUMS
+$SUMS
+REEF_SUMS
+printf 'reef-harness: installed release %s into %s\n' "$RELEASE" "$DEST"
+"""
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "'\\''") + "'"
+
+
+def _write_file(path: str, data: bytes) -> list[str]:
+    target = f'"$STAGE"/{_quote(path)}'
+    delimiter = "REEF_EOF_" + hashlib.sha256(data).hexdigest()[:16]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and text.endswith("\n") and "\0" not in text and "\r" not in text \
+            and delimiter not in text.splitlines():
+        return [f"cat > {target} <<'{delimiter}'", text + delimiter]
+    lines = [f": > {target}"]
+    for i in range(0, len(data), 64):
+        chunk = "".join(chr(b) if b in _SAFE else f"\\{b:03o}" for b in data[i:i + 64])
+        lines.append(f"printf '{chunk}' >> {target}")
+    return lines
+
+
+class FilesAdapter:
+    """Renders a release's harness tree as a checksum-verified POSIX sh installer."""
+
+    media_type = "text/x-shellscript"
+
+    def render(self, bundle: HarnessBundle) -> str:
+        sums = "\n".join(f"{f.sha256}  {f.path}" for f in bundle.files)
+        out = [
+            "#!/bin/sh",
+            f"# Reef harness installer (adapter: files) for scenario {bundle.scenario!r}",
+            f"# release {bundle.release_id}, content {bundle.content_hash}, {len(bundle.files)} file(s)",
+            "# usage: sh install.sh [DEST]   (DEST defaults to $REEF_HARNESS_DIR, else ./reef-harness)",
+            _PRELUDE,
+            f"RELEASE={_quote(bundle.release_id)}",
+            f"CONTENT={_quote(bundle.content_hash)}",
+            f"SCENARIO={_quote(bundle.scenario)}",
+            f"SUMS={_quote(sums)}",
+            "",
+        ]
+        dirs = sorted({posixpath.dirname(f.path) for f in bundle.files} - {""})
+        out += [f'mkdir -p "$STAGE"/{_quote(d)}' for d in dirs]
+        for f in bundle.files:
+            out += _write_file(f.path, f.data)
+        out.append(_INSTALL)
+        return "\n".join(out)
+
+
+@hookimpl
+def register_harness_adapters(register: Any) -> None:
+    register("files", FilesAdapter)

@@ -1,0 +1,205 @@
+"""The release chain: the artifact store (source of truth) plus the ``releases`` table.
+
+Publishing is: the artifact store first (``publish``), then serving (the caller activates
+the release), then the database (``record``). The artifact store's compare-and-swap is the
+commit point: once the scenario's ref moved, the release exists, and the database row is a
+copy that ``reconcile`` can always rebuild from the manifests. The database can therefore
+lag the store after a crash, never lead it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from ..errors import ConflictError, NotFoundError, ReefError
+from ..store import Release, RecordStore, new_id
+from ..types import ActiveRelease
+from .artifacts import MANIFEST_FORMAT, StoredRelease, content_hash, copy_artifact, file_checksums
+
+log = logging.getLogger("reef.commit")
+
+#: test hook: "kill" makes the process SIGKILL itself right after the store's CAS succeeded,
+#: before the database row is written (the crash window ``reconcile`` repairs)
+FAULT_ENV = "REEF_FAULT_AFTER_GIT_PUBLISH"
+
+#: materialized release directories kept per scenario (older ones are pruned)
+KEEP_MATERIALIZED = 4
+
+
+class ChainInconsistent(ReefError):
+    """The database lists releases the artifact store does not have."""
+
+
+class ReleaseChain:
+    """Publishes, rolls back, reconciles and materializes the releases of every scenario."""
+
+    def __init__(self, artifacts: Any, records: RecordStore, releases_dir: Path):
+        self.artifacts = artifacts
+        self.records = records
+        self.releases_dir = Path(releases_dir)
+        self._materialize_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ reading
+
+    def head(self, scenario: str) -> Release | None:
+        return self.records.head_release(scenario)
+
+    def get(self, scenario: str, release_id: str) -> Release:
+        row = self.records.get_release(release_id)
+        if row is None or row.scenario != scenario:
+            raise NotFoundError(f"scenario {scenario!r} has no release {release_id!r}")
+        return row
+
+    def manifest(self, row: Release) -> dict[str, Any]:
+        """The ``reef-release.json`` the artifact store holds for ``row``."""
+        read = getattr(self.artifacts, "read_manifest", None)
+        if callable(read):
+            return read(row.git_commit)
+        for stored in self.artifacts.history(row.scenario):
+            if stored.commit == row.git_commit:
+                return stored.manifest
+        raise NotFoundError(f"the artifact store has no commit {row.git_commit} for release {row.release_id}")
+
+    def diff(self, row: Release) -> str | None:
+        """Unified diff of a release's files against its parent's (or the empty tree); None when
+        the artifact store cannot diff."""
+        if not callable(getattr(self.artifacts, "diff", None)):
+            return None
+        parent = self.records.get_release(row.parent_id) if row.parent_id else None
+        return self.artifacts.diff(parent.git_commit if parent else None, row.git_commit)
+
+    # ------------------------------------------------------------------ writing
+
+    def publish(self, scenario: str, artifact_dir: Path, *, expected_head: str | None,
+                operation: str = "train", candidate_id: str | None = None,
+                evaluation: dict[str, Any] | None = None, extra: dict[str, Any] | None = None) -> StoredRelease:
+        """Publish ``artifact_dir`` in the artifact store as the release after ``expected_head``
+        (a release id; None: the first release). Raises PublishConflict when the chain moved past
+        ``expected_head``. The caller activates the release, then calls ``record``."""
+        parent = self.records.get_release(expected_head) if expected_head else None
+        if expected_head and parent is None:
+            raise NotFoundError(f"expected head {expected_head!r} is not a release of {scenario!r}")
+        manifest = {
+            "format": MANIFEST_FORMAT,
+            "scenario": scenario,
+            "release_id": new_id("rel"),
+            "sequence": (parent.sequence if parent else 0) + 1,
+            "parent": expected_head,
+            "content_hash": content_hash(artifact_dir),
+            "files": file_checksums(artifact_dir),
+            "operation": operation,
+            "candidate_id": candidate_id,
+            "evaluation": evaluation,
+            "created_at": datetime.now(timezone.utc).isoformat(),
+            **(extra or {}),
+        }
+        stored = self.artifacts.publish(scenario, Path(artifact_dir), manifest,
+                                        expected_head=parent.git_commit if parent else None)
+        if os.environ.get(FAULT_ENV) == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return stored
+
+    def rollback(self, scenario: str, target_release_id: str, *, expected_head: str | None = None) -> StoredRelease:
+        """Publish the content of an earlier release as a new release (history is kept)."""
+        target = self.get(scenario, target_release_id)
+        head = self.head(scenario)
+        expected = expected_head or (head.release_id if head else None)
+        with tempfile.TemporaryDirectory(prefix="reef-rollback-") as tmp:
+            tree = self.artifacts.materialize(scenario, target.git_commit, Path(tmp) / "tree")
+            return self.publish(scenario, tree, expected_head=expected, operation="rollback",
+                                extra={"rollback_to": target.release_id})
+
+    def record(self, stored: StoredRelease) -> Release:
+        """Write the database row of a published release (idempotent: the existing row when
+        ``reconcile`` or another process recorded it first) and mark its candidate published."""
+        row = Release(
+            scenario=stored.scenario, sequence=stored.sequence, release_id=stored.release_id,
+            parent_id=stored.parent_id, content_hash=stored.content_hash, operation=stored.operation,
+            git_commit=stored.commit, candidate_id=stored.candidate_id,
+            evaluation=stored.manifest.get("evaluation"),
+        )
+        try:
+            self.records.add_release(row)
+        except ConflictError:
+            existing = self.records.get_release(stored.release_id)
+            if existing is None:
+                raise ChainInconsistent(
+                    f"release {stored.sequence} of {stored.scenario!r} in the database is not the one "
+                    f"in the artifact store ({stored.release_id}); restore the database or the store"
+                ) from None
+            return existing
+        if stored.candidate_id and self.records.get_candidate(stored.candidate_id) is not None:
+            self.records.update_candidate(stored.candidate_id, status="published", release_id=stored.release_id)
+        return row
+
+    # ------------------------------------------------------------------ recovery
+
+    def reconcile(self) -> list[Release]:
+        """Make the database agree with the artifact store; return the release rows it wrote.
+
+        Releases in the store but not the database (a crash between the two writes) are
+        recorded from their manifests, oldest first. Releases in the database that the store
+        lacks mean the store was replaced or damaged: a ChainInconsistent error says so.
+        """
+        added: list[Release] = []
+        scenarios = set(self.artifacts.scenarios()) | set(self.records.scenario_names())
+        for scenario in sorted(scenarios):
+            history = list(reversed(self.artifacts.history(scenario)))
+            stored_ids = {s.release_id for s in history}
+            for row in self.records.list_releases(scenario, newest_first=False):
+                if row.release_id not in stored_ids:
+                    raise ChainInconsistent(
+                        f"the database lists release {row.release_id} of scenario {scenario!r}, but the "
+                        f"artifact store does not have it; restore the artifact store or the database"
+                    )
+            for stored in history:
+                if self.records.get_release(stored.release_id) is None:
+                    log.warning("recording release %s of %s from the artifact store (the database "
+                                "missed it, probably a crash while publishing)", stored.release_id, scenario)
+                    added.append(self.record(stored))
+        return added
+
+    # ------------------------------------------------------------------ serving
+
+    def materialize(self, release: Release | StoredRelease) -> ActiveRelease:
+        """The release (a database row or a stored release) as a directory under
+        ``releases_dir``, made once and reused afterwards."""
+        commit = release.commit if isinstance(release, StoredRelease) else release.git_commit
+        scenario_dir = self.releases_dir / quote(release.scenario, safe="")
+        final = scenario_dir / release.release_id
+        with self._materialize_lock:
+            if not final.is_dir():
+                scenario_dir.mkdir(parents=True, exist_ok=True)
+                tmp = scenario_dir / f".tmp-{uuid.uuid4().hex}"
+                try:
+                    self.artifacts.materialize(release.scenario, commit, tmp)
+                    os.replace(tmp, final)
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
+            self._prune(scenario_dir, keep=final)
+        return ActiveRelease(scenario=release.scenario, release_id=release.release_id,
+                             content_hash=release.content_hash, path=final)
+
+    @staticmethod
+    def _prune(scenario_dir: Path, keep: Path) -> None:
+        dirs = sorted((d for d in scenario_dir.iterdir() if d.is_dir() and not d.name.startswith(".")),
+                      key=lambda d: d.stat().st_mtime, reverse=True)
+        for d in dirs[KEEP_MATERIALIZED:]:
+            if d != keep:
+                shutil.rmtree(d, ignore_errors=True)
+
+
+def stage_candidate(artifact_dir: Path, dest: Path) -> tuple[Path, str]:
+    """Copy a recipe's artifact out of its scratch space; return (copy, content hash)."""
+    copy = copy_artifact(artifact_dir, dest)
+    return copy, content_hash(copy)

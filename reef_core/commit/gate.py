@@ -1,0 +1,121 @@
+"""The gate: run an evaluator on a candidate, fail-closed.
+
+Whatever goes wrong while evaluating — an exception in ``evaluate`` or ``decide``, a timeout,
+an answer that is not a ``Decision`` — becomes the decision ``error`` with the reason
+recorded, and nothing is published: the current release keeps serving.
+
+Evaluators run in a daemon thread. They reach the model through ``EvalContext.complete``,
+which runs the runtime call on the server's event loop (where the runtime's connections
+live) and gives up when the gate's deadline has passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..errors import ReefError
+from ..types import ActiveRelease, Candidate, Decision, Evaluation, InferenceCall
+
+log = logging.getLogger("reef.commit")
+
+
+class EvaluationCancelled(ReefError):
+    """The gate stopped waiting for this evaluation (timeout or shutdown)."""
+
+
+@dataclass
+class EvalContext:
+    """What an evaluator gets besides the candidate and the current release."""
+
+    scenario: str
+    runtime: Any
+    loop: asyncio.AbstractEventLoop
+    apply_harness: Callable[[dict[str, Any], str, ActiveRelease], dict[str, Any]] | None
+    log: logging.Logger
+    progress: Any
+    default_model: str | None = None
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    deadline: float | None = None
+    graders: dict[str, Callable[..., float]] = field(default_factory=dict)
+
+    @property
+    def dialect(self) -> str:
+        return getattr(self.runtime, "dialect", "openai")
+
+    def complete(self, body: dict[str, Any], release: ActiveRelease | None, *,
+                 timeout_s: float | None = None) -> dict[str, Any]:
+        """Answer ``body`` (in the runtime's dialect) with ``release``'s harness applied.
+
+        Blocks the calling (evaluator) thread; raises EvaluationCancelled once the gate gave
+        up, ``TimeoutError`` after ``timeout_s``, or whatever the runtime raised.
+        """
+        if self.cancelled.is_set():
+            raise EvaluationCancelled("evaluation was cancelled")
+        if release is not None and self.apply_harness is not None:
+            body = self.apply_harness(body, self.dialect, release)
+        call = InferenceCall(scenario=self.scenario, record_id=f"eval_{uuid.uuid4().hex}", body=body,
+                             dialect=self.dialect, release=release)
+        limit = timeout_s
+        if self.deadline is not None:
+            left = max(self.deadline - time.monotonic(), 0.0)
+            limit = left if limit is None else min(limit, left)
+        future = asyncio.run_coroutine_threadsafe(self.runtime.complete(call), self.loop)
+        try:
+            return future.result(timeout=limit)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"model call took longer than {limit:.0f}s") from None
+
+
+def run_gate(evaluator: Any, name: str, candidate: Candidate, current: ActiveRelease | None,
+             ctx: EvalContext, timeout_s: float) -> tuple[Evaluation, Decision]:
+    """Evaluate and decide within ``timeout_s``; never raises. Blocking: call from a thread."""
+    ctx.deadline = time.monotonic() + timeout_s
+    result: dict[str, Any] = {}
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            evaluation = evaluator.evaluate(candidate, current, ctx)
+            if not isinstance(evaluation, Evaluation):
+                raise TypeError(f"evaluate returned {type(evaluation).__name__}, not an Evaluation")
+            result["evaluation"] = evaluation
+            decision = evaluator.decide(evaluation)
+            if not isinstance(decision, Decision) or decision.outcome not in ("select", "reject", "error"):
+                raise TypeError(f"decide returned {decision!r}, not a Decision(select|reject|error)")
+            result["decision"] = decision
+        except BaseException as exc:  # noqa: BLE001 - fail-closed: every failure rejects the candidate
+            result["error"] = exc
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=work, name=f"reef-eval-{candidate.id}", daemon=True)
+    thread.start()
+    finished = done.wait(timeout_s)
+    if not finished:
+        ctx.cancelled.set()
+        reason = f"evaluation timed out after {timeout_s:g}s"
+        log.warning("candidate %s: %s; rejected", candidate.id, reason)
+        partial = result.get("evaluation")
+        evaluation = partial or Evaluation(evaluator=name)
+        evaluation.error = reason
+        return evaluation, Decision("error", reason)
+    if "error" in result:
+        exc = result["error"]
+        reason = f"evaluator {name!r} failed: {type(exc).__name__}: {exc}"
+        log.warning("candidate %s: %s; rejected", candidate.id, reason)
+        evaluation = result.get("evaluation") or Evaluation(evaluator=name)
+        evaluation.error = reason
+        return evaluation, Decision("error", reason)
+    evaluation, decision = result["evaluation"], result["decision"]
+    if evaluation.error and decision.outcome == "select":
+        reason = f"evaluator {name!r} reported an error but selected: {evaluation.error}"
+        return evaluation, Decision("error", reason)
+    return evaluation, decision

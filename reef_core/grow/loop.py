@@ -1,0 +1,270 @@
+"""The learning loop of a running kernel: workers, triggers, release chain and serving state.
+
+``LearningLoop`` is created by ``reef_core.learning.install_learning`` and lives in
+``reef.extensions["learning"]``. On start it reconciles the release chain with the database,
+serves every scenario's head release, starts the growth workers, the schedule, and a
+follower that notices releases published by another process (``reef rollback``/``reef grow``
+from the CLI, or another server sharing the database) and hot-swaps them in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ..commit.artifacts import StoredRelease
+from ..commit.chain import ReleaseChain
+from ..commit.gate import EvalContext
+from ..commit.harness import HarnessCache
+from ..errors import NotFoundError
+from ..observe import build_filters
+from ..plugins import instantiate
+from ..store import Release
+from ..types import ActiveRelease
+from .progress import LogProgress
+from .step import StepResult
+from .worker import ScenarioWorker
+
+if TYPE_CHECKING:
+    from ..kernel import Reef
+
+log = logging.getLogger("reef.loop")
+
+#: seconds between checks of the artifact store for releases published by another process
+FOLLOW_INTERVAL_S = 2.0
+#: evaluation timeout for evaluators that declare no ``timeout_s``
+DEFAULT_EVAL_TIMEOUT_S = 1800.0
+_INTERRUPTED = ("proposed", "evaluating", "selected")
+
+
+class LearningLoop:
+    """Observe → Grow → Commit for every scenario of one kernel."""
+
+    def __init__(self, reef: "Reef"):
+        self.reef = reef
+        self.store = reef.store
+        self.settings = reef.settings
+        state = reef.state_dir
+        name, options = self.settings.group("artifact_store")
+        self.artifacts = instantiate("artifact_store", name, options, reef.plugins,
+                                     state_dir=state, settings=self.settings)
+        self.chain = ReleaseChain(self.artifacts, self.store, state / "releases")
+        self.harness = HarnessCache()
+        self.scratch_root = state / "scratch"
+        self.candidates_root = state / "candidates"
+        self.scratch_root.mkdir(parents=True, exist_ok=True)
+        self.log_progress = LogProgress(logging.getLogger("reef.progress"))
+        self.default_eval_timeout_s = DEFAULT_EVAL_TIMEOUT_S
+        #: False for one-shot use (the CLI): no workers, schedule or follower on start
+        self.background = True
+        self.workers: dict[str, ScenarioWorker] = {}
+        self._recipes: dict[str, tuple[str, Any, list]] = {}
+        self._evaluators: dict[str, tuple[str, Any]] = {}
+        self._serving_commits: dict[str, str] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: list[asyncio.Task] = []
+        for scenario in self.configured_scenarios():
+            self.recipe_for(scenario)
+            self.evaluator_for(scenario)
+
+    # ------------------------------------------------------------------ configuration
+
+    def configured_scenarios(self) -> list[str]:
+        return sorted({self.settings.server.default_scenario, *self.settings.scenarios})
+
+    def recipe_for(self, scenario: str) -> tuple[str, Any, list]:
+        """(name, recipe, built filters) of ``scenario``: the root recipe with the scenario's
+        ``recipe_options`` over its options; the recipe's filters, then the config's."""
+        if scenario not in self._recipes:
+            name, options = self.settings.group("recipe")
+            sc = self.settings.scenarios.get(scenario)
+            if sc is not None:
+                options = {**options, **sc.recipe_options}
+            recipe = instantiate("recipe", name, options, self.reef.plugins, state_dir=self.reef.state_dir,
+                                 store=self.store, settings=self.settings)
+            specs = list(recipe.filters or ()) + list(sc.filters if sc is not None else ())
+            filters = build_filters(specs, self.reef.plugins, store=self.store, settings=self.settings)
+            self._recipes[scenario] = (name, recipe, filters)
+        return self._recipes[scenario]
+
+    def evaluator_for(self, scenario: str) -> tuple[str, Any]:
+        """(name, evaluator) of ``scenario``: ``scenarios.<s>.evaluator`` (with its
+        ``evaluator_options``) when set, else the root ``evaluator`` group."""
+        if scenario not in self._evaluators:
+            sc = self.settings.scenarios.get(scenario)
+            if sc is not None and sc.evaluator:
+                name, options = sc.evaluator, dict(sc.evaluator_options)
+            else:
+                name, options = self.settings.group("evaluator")
+                if sc is not None:
+                    options = {**options, **sc.evaluator_options}
+            evaluator = instantiate("evaluator", name, options, self.reef.plugins, state_dir=self.reef.state_dir,
+                                    store=self.store, settings=self.settings)
+            self._evaluators[scenario] = (name, evaluator)
+        return self._evaluators[scenario]
+
+    def eval_context(self, scenario: str, progress: Any) -> EvalContext:
+        runtime = self.reef.runtime
+        model = self.settings.runtime.get("model")
+        if not model:
+            models = runtime.models() if callable(getattr(runtime, "models", None)) else []
+            model = models[0] if models else None
+        return EvalContext(scenario=scenario, runtime=runtime, loop=self._running_loop(),
+                           apply_harness=self.harness.apply, log=logging.getLogger("reef.eval"),
+                           progress=progress or self.log_progress, default_model=model)
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop or asyncio.get_running_loop()
+
+    # ------------------------------------------------------------------ serving
+
+    async def current_release(self, scenario: str, head: Release | None) -> ActiveRelease | None:
+        """The materialized ``head`` (what the scenario serves, or is about to)."""
+        if head is None:
+            return None
+        serving = self.reef.serving_release(scenario)
+        if serving is not None and serving.release_id == head.release_id:
+            return serving
+        return await asyncio.to_thread(self.chain.materialize, head)
+
+    async def activate(self, stored: StoredRelease) -> Release:
+        """Serve a release just published in the artifact store, then record it in the
+        database (the order the crash recovery relies on) and tell observers."""
+        active = await asyncio.to_thread(self.chain.materialize, stored)
+        await self.reef.set_serving(active)
+        self._serving_commits[stored.scenario] = stored.commit
+        row = await asyncio.to_thread(self.chain.record, stored)
+        self.reef.emit("release_published", release=row)
+        return row
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self, reef: "Reef") -> None:
+        self._loop = asyncio.get_running_loop()
+        await asyncio.to_thread(self._recover)
+        for scenario in sorted(self.store.scenario_names()):
+            head = await asyncio.to_thread(self.chain.head, scenario)
+            if head is not None:
+                await self._serve(head)
+        if not self.background:
+            return
+        self._tasks.append(asyncio.create_task(self._follow(), name="reef-release-follower"))
+        if self.settings.loop.enabled:
+            for scenario in sorted(set(self.configured_scenarios()) | set(self.store.scenario_names())):
+                self.poke(scenario)
+            if self.settings.loop.schedule_s:
+                self._tasks.append(asyncio.create_task(self._schedule(self.settings.loop.schedule_s),
+                                                       name="reef-grow-schedule"))
+
+    async def stop(self, reef: "Reef") -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping regardless
+                pass
+        self._tasks.clear()
+        for worker in list(self.workers.values()):
+            await worker.stop()
+
+    def _recover(self) -> None:
+        """Reconcile the chain, then settle candidates a previous process left undecided."""
+        added = self.chain.reconcile()
+        if added:
+            log.warning("recorded %d release(s) the database had missed", len(added))
+        for scenario in self.store.scenario_names():
+            for row in self.store.list_candidates(scenario):
+                if row.status in _INTERRUPTED:
+                    self.store.update_candidate(
+                        row.id, status="error", decision=row.decision or "error",
+                        reason="interrupted: the server stopped before this candidate was published; "
+                               "its experience stays consumed")
+
+    async def _serve(self, head: Release) -> None:
+        serving = self.reef.serving_release(head.scenario)
+        if serving is None or serving.release_id != head.release_id:
+            active = await asyncio.to_thread(self.chain.materialize, head)
+            await self.reef.set_serving(active)
+        self._serving_commits[head.scenario] = head.git_commit or ""
+
+    async def _follow(self) -> None:
+        while True:
+            await asyncio.sleep(FOLLOW_INTERVAL_S)
+            try:
+                heads = await asyncio.to_thread(self._store_heads)
+                moved = [s for s, c in heads.items() if self._serving_commits.get(s) != c]
+                if moved:
+                    await asyncio.to_thread(self.chain.reconcile)
+                    for scenario in moved:
+                        head = await asyncio.to_thread(self.chain.head, scenario)
+                        if head is not None and self._serving_commits.get(scenario) != head.git_commit:
+                            log.info("%s: following release %s published elsewhere", scenario, head.release_id)
+                            await self._serve(head)
+                            self.reef.emit("release_published", release=head)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - keep following; the next round retries
+                log.exception("following the release chain failed")
+
+    def _store_heads(self) -> dict[str, str]:
+        if callable(getattr(self.artifacts, "heads", None)):
+            return self.artifacts.heads()
+        return {s: h.commit for s in self.artifacts.scenarios() if (h := self.artifacts.head(s))}
+
+    async def _schedule(self, every_s: float) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            for scenario in sorted(set(self.configured_scenarios()) | set(self.workers)):
+                self.poke(scenario)
+
+    # ------------------------------------------------------------------ triggers
+
+    def worker(self, scenario: str) -> ScenarioWorker:
+        worker = self.workers.get(scenario)
+        if worker is None:
+            worker = self.workers[scenario] = ScenarioWorker(self, scenario)
+        return worker
+
+    def poke(self, scenario: str) -> None:
+        """Wake ``scenario``'s worker (event-loop thread only)."""
+        if not (self.background and self.settings.loop.enabled):
+            return
+        worker = self.worker(scenario)
+        worker.start()
+        worker.poke()
+
+    def on_report_stored(self, report: Any) -> None:
+        """Listener for ``report_stored``: may run in any thread, never blocks."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.poke, report.scenario)
+
+    async def grow(self, scenario: str, progress: Any = None) -> StepResult:
+        """Run a growth step of ``scenario`` now (``POST .../grow``, ``reef grow``)."""
+        return await self.worker(scenario).grow_now(progress)
+
+    async def rollback(self, scenario: str, release_id: str) -> Release:
+        """Publish ``release_id``'s content as the scenario's new head and serve it."""
+        if self.chain.head(scenario) is None:
+            raise NotFoundError(f"scenario {scenario!r} has no releases")
+        stored = await asyncio.to_thread(self.chain.rollback, scenario, release_id)
+        return await self.activate(stored)
+
+    def status(self, scenario: str) -> dict[str, Any]:
+        """Loop state for ``GET /reef/scenarios/{s}``."""
+        recipe_name, recipe, filters = self.recipe_for(scenario)
+        evaluator_name, _ = self.evaluator_for(scenario)
+        serving = self.reef.serving_release(scenario)
+        worker = self.workers.get(scenario)
+        return {
+            "recipe": recipe_name,
+            "update_target": recipe.update_target,
+            "batch_size": recipe.batch_size,
+            "filters": [name for name, _ in filters],
+            "evaluator": evaluator_name,
+            "loop_enabled": self.settings.loop.enabled,
+            "serving_release_id": serving.release_id if serving else None,
+            **(worker.status() if worker else {"state": "idle", "eligible": None, "steps": 0, "last_step": None}),
+        }

@@ -1,0 +1,202 @@
+"""One growth step of one scenario: Observe → Grow → Commit.
+
+1. Observe: the eligible experience (unconsumed reports, the recipe's and config's filters).
+2. Consume the batch under a fresh candidate id (all or nothing), so no record trains two
+   candidates — not in two workers, not across a restart.
+3. Grow: ``recipe.propose(batch, current_artifact, ctx)`` in a thread. If it raises, the
+   consumption is released (the experience trained nothing); if it returns None the batch
+   stays consumed (it taught nothing and must not re-trigger forever).
+4. Commit: the gate evaluates fail-closed; a selected candidate is published with the base
+   release as expected head (compare-and-swap) and activated in serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..commit.chain import stage_candidate
+from ..commit.gate import run_gate
+from ..errors import ConflictError, PublishConflict
+from ..observe import Batch, eligible
+from ..store import CandidateRow, new_id
+from ..types import Candidate, Decision, Evaluation
+from .context import RecipeContext
+
+if TYPE_CHECKING:
+    from .loop import LearningLoop
+
+log = logging.getLogger("reef.grow")
+
+
+@dataclass
+class StepResult:
+    """What a growth step did: ``outcome`` is nothing | busy | skipped | error | rejected |
+    conflict | published."""
+
+    scenario: str
+    trigger: str
+    outcome: str
+    reason: str = ""
+    eligible: int = 0
+    candidate_id: str | None = None
+    release_id: str | None = None
+    evaluation: dict[str, Any] | None = None
+    started_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
+    finished_at: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def made_progress(self) -> bool:
+        """Whether experience was settled (worth checking for another batch right away)."""
+        return self.outcome in ("skipped", "rejected", "published", "conflict")
+
+
+def summarize(evaluation: Evaluation, decision: Decision) -> dict[str, Any]:
+    """The small evaluation summary kept in a release manifest."""
+    keys = ("wins", "losses", "ties", "margin", "candidate_mean", "current_mean")
+    return {"evaluator": evaluation.evaluator, "decision": decision.outcome, "reason": decision.reason,
+            "episodes": len(evaluation.candidate_scores),
+            **{k: evaluation.metrics[k] for k in keys if k in evaluation.metrics}}
+
+
+async def run_step(lp: "LearningLoop", scenario: str, trigger: str, progress: Any) -> StepResult:
+    """Run one step; never raises for what a recipe or evaluator does (the result says)."""
+    result = StepResult(scenario=scenario, trigger=trigger, outcome="nothing")
+    try:
+        await _step(lp, scenario, trigger, progress, result)
+    finally:
+        result.finished_at = datetime.now(timezone.utc).isoformat()
+    return result
+
+
+async def _step(lp: "LearningLoop", scenario: str, trigger: str, progress: Any, result: StepResult) -> None:
+    store = lp.store
+    recipe_name, recipe, filters = lp.recipe_for(scenario)
+    if recipe.update_target == "none":
+        result.reason = f"recipe {recipe_name!r} records only; it proposes no updates"
+        return
+    items = await asyncio.to_thread(eligible, store, scenario, filters)
+    result.eligible = len(items)
+    size = int(recipe.batch_size or 0)
+    if not items:
+        result.reason = "no eligible experience (unconsumed reports passing the filters)"
+        return
+    if trigger != "manual" and (size <= 0 or len(items) < size):
+        result.reason = f"{len(items)} eligible experience(s), batch size is {size}"
+        return
+    batch = Batch(scenario, items[:size] if size > 0 else items)
+
+    cid = new_id("cand")
+    try:
+        await asyncio.to_thread(store.consume, cid, scenario, record_ids=batch.record_ids,
+                                report_ids=batch.report_ids)
+    except ConflictError as exc:
+        result.reason = f"the batch was taken by another worker meanwhile ({exc}); nothing done"
+        return
+    result.candidate_id = cid
+    head = await asyncio.to_thread(lp.chain.head, scenario)
+    current = await lp.current_release(scenario, head)
+    scratch = Path(tempfile.mkdtemp(prefix=f"{cid}-", dir=lp.scratch_root))
+    staged_dir = lp.candidates_root / cid
+    row = CandidateRow(id=cid, scenario=scenario, recipe=recipe_name,
+                       base_release_id=head.release_id if head else None)
+    try:
+        ctx = RecipeContext(scenario=scenario, recipe=recipe_name, runtime=lp.reef.runtime, store=store,
+                            scratch_dir=scratch, progress=progress, log=logging.getLogger(f"reef.recipe.{recipe_name}"),
+                            current=current, settings=lp.reef.settings, _model=lp.eval_context(scenario, progress))
+        try:
+            proposed = await asyncio.to_thread(recipe.propose, batch, current.path if current else None, ctx)
+            if proposed is not None and not isinstance(proposed, Candidate):
+                raise TypeError(f"propose returned {type(proposed).__name__}, not a Candidate or None")
+        except Exception as exc:  # noqa: BLE001 - a recipe failure is reported, the server goes on
+            await asyncio.to_thread(store.release_consumption, cid)
+            reason = f"recipe {recipe_name!r} failed: {type(exc).__name__}: {exc}"
+            log.exception("%s: %s", scenario, reason)
+            await _finish(lp, row, status="error", decision="error", reason=reason, result=result)
+            return
+        if proposed is None:
+            await _finish(lp, row, status="skipped", reason="the recipe proposed no update from this batch "
+                          "(the batch stays consumed)", result=result, outcome="skipped")
+            return
+        proposed.id, proposed.scenario, proposed.recipe = cid, scenario, recipe_name
+        proposed.base_release_id = row.base_release_id
+        proposed.record_ids, proposed.report_ids = batch.record_ids, batch.report_ids
+        try:
+            staged, chash = await asyncio.to_thread(stage_candidate, proposed.artifact_dir, staged_dir)
+        except Exception as exc:  # noqa: BLE001 - an unusable artifact is the recipe's failure
+            await asyncio.to_thread(store.release_consumption, cid)
+            reason = f"recipe {recipe_name!r} proposed an unusable artifact: {type(exc).__name__}: {exc}"
+            await _finish(lp, row, status="error", decision="error", reason=reason, result=result)
+            return
+        proposed.artifact_dir = staged
+        row.summary = proposed.summary
+        row.artifact = {"content_hash": chash, "metadata": proposed.metadata,
+                        "records": len(batch.record_ids), "reports": len(batch.report_ids)}
+        row.status = "evaluating"
+        await asyncio.to_thread(store.add_candidate, row)
+        if head is not None and chash == head.content_hash:
+            evaluation, decision = Evaluation(evaluator="none"), Decision(
+                "reject", "the candidate is identical to the serving release")
+        else:
+            evaluator_name, evaluator = lp.evaluator_for(scenario)
+            timeout = float(getattr(evaluator, "timeout_s", lp.default_eval_timeout_s))
+            ectx = lp.eval_context(scenario, progress)
+            evaluation, decision = await asyncio.to_thread(
+                run_gate, evaluator, evaluator_name, proposed, current, ectx, timeout)
+        result.evaluation = {**evaluation.to_dict(), "decision": decision.outcome, "reason": decision.reason}
+        status = {"select": "selected", "reject": "rejected", "error": "error"}[decision.outcome]
+        await asyncio.to_thread(store.update_candidate, cid, evaluation=evaluation.to_dict(),
+                                decision=decision.outcome, reason=decision.reason, status=status)
+        lp.reef.emit("candidate_evaluated", candidate=proposed, evaluation=evaluation, decision=decision)
+        if decision.outcome != "select":
+            result.outcome = "rejected" if decision.outcome == "reject" else "error"
+            result.reason = decision.reason
+            return
+        await _publish(lp, proposed, head, evaluation, decision, result)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(staged_dir, ignore_errors=True)
+
+
+async def _publish(lp: "LearningLoop", candidate: Candidate, head: Any, evaluation: Evaluation,
+                   decision: Decision, result: StepResult) -> None:
+    try:
+        stored = await asyncio.to_thread(
+            lp.chain.publish, candidate.scenario, candidate.artifact_dir,
+            expected_head=head.release_id if head else None, operation="train",
+            candidate_id=candidate.id, evaluation=summarize(evaluation, decision))
+    except PublishConflict as exc:
+        await asyncio.to_thread(lp.store.update_candidate, candidate.id, status="conflict", reason=str(exc))
+        result.outcome, result.reason = "conflict", str(exc)
+        return
+    except Exception as exc:  # noqa: BLE001 - nothing was published; the candidate says why
+        reason = f"publishing failed: {type(exc).__name__}: {exc}"
+        log.exception("%s: %s", candidate.scenario, reason)
+        await asyncio.to_thread(lp.store.update_candidate, candidate.id, status="error", reason=reason)
+        result.outcome, result.reason = "error", reason
+        return
+    result.release_id = stored.release_id
+    try:
+        await lp.activate(stored)
+    except Exception as exc:  # noqa: BLE001 - published; the follower retries serving it
+        reason = f"published, but serving it failed ({type(exc).__name__}: {exc}); the follower retries"
+        log.exception("%s: release %s %s", candidate.scenario, stored.release_id, reason)
+        result.outcome, result.reason = "error", reason
+        return
+    result.outcome, result.reason = "published", decision.reason
+
+
+async def _finish(lp: "LearningLoop", row: CandidateRow, *, status: str, reason: str, result: StepResult,
+                  decision: str | None = None, outcome: str = "error") -> None:
+    row.status, row.reason, row.decision = status, reason, decision
+    await asyncio.to_thread(lp.store.add_candidate, row)
+    result.outcome, result.reason = outcome, reason

@@ -1,0 +1,104 @@
+"""One asyncio worker per scenario: at most one growth step at a time, off the request path.
+
+The worker sleeps until poked (a report was stored, the schedule fired, start-up), checks
+whether the eligible batch is full and runs a step. ``grow_now`` runs a step on request;
+while a step is running it answers ``busy`` instead of queueing behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from .step import StepResult, run_step
+
+if TYPE_CHECKING:
+    from .loop import LearningLoop
+
+log = logging.getLogger("reef.grow")
+
+
+class ScenarioWorker:
+    """The growth worker of one scenario."""
+
+    def __init__(self, lp: "LearningLoop", scenario: str):
+        self.lp = lp
+        self.scenario = scenario
+        self.lock = asyncio.Lock()
+        self.last_step: StepResult | None = None
+        self.eligible: int | None = None
+        self.steps = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    @property
+    def state(self) -> str:
+        return "running" if self.lock.locked() else "idle"
+
+    def start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name=f"reef-grow-{self.scenario}")
+
+    def poke(self) -> None:
+        """Ask the worker to check its scenario soon (cheap; coalesces)."""
+        self._wake.set()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping regardless
+                pass
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self.lock.locked():
+                continue
+            try:
+                result = await self.step("auto")
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - the worker must outlive one bad step
+                log.exception("growth step of %s failed", self.scenario)
+                continue
+            if result.made_progress:
+                self._wake.set()  # the pool may hold another full batch
+
+    async def step(self, trigger: str, progress: Any = None) -> StepResult:
+        """Run one step now (waits for a running one to finish first)."""
+        async with self.lock:
+            result = await run_step(self.lp, self.scenario, trigger, progress or self.lp.log_progress)
+            self.eligible = max(result.eligible - self._used(result), 0)
+            if result.outcome != "nothing" or trigger == "manual":
+                self.last_step = result
+                self.steps += 1
+                log.info("%s: %s step → %s%s", self.scenario, trigger, result.outcome,
+                         f" ({result.reason})" if result.reason else "")
+            return result
+
+    async def grow_now(self, progress: Any = None) -> StepResult:
+        """Run a step on request, or answer ``busy`` while one is running."""
+        if self.lock.locked():
+            return StepResult(scenario=self.scenario, trigger="manual", outcome="busy",
+                              reason="a growth step is already running for this scenario")
+        return await self.step("manual", progress)
+
+    def _used(self, result: StepResult) -> int:
+        if result.candidate_id is None or result.outcome == "error":
+            return 0
+        _name, recipe, _filters = self.lp.recipe_for(self.scenario)
+        size = int(recipe.batch_size or 0)
+        return min(size, result.eligible) if size > 0 else result.eligible
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "eligible": self.eligible,
+            "steps": self.steps,
+            "last_step": self.last_step.to_dict() if self.last_step else None,
+        }

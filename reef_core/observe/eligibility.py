@@ -1,0 +1,113 @@
+"""Which experience a scenario may learn from: unconsumed reports, their records, the filters.
+
+The pool is every report of the scenario that no candidate consumed yet and whose quoted
+records are unconsumed too, oldest first. The recipe's filters run first, then the filters
+the scenario config adds; each filter narrows (or enriches) the list. Filters are plugins
+(``register_record_filters``); their protocol is ``apply(items, ctx) -> items``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from ..errors import ConfigError
+from ..plugins import Plugins, instantiate
+from .experience import Experience, ExperienceRecord
+
+log = logging.getLogger("reef.observe")
+
+#: how many unconsumed reports one eligibility scan reads at most (oldest first)
+SCAN_LIMIT = 2000
+
+
+@dataclass
+class FilterContext:
+    """What a record filter may consult besides the items themselves."""
+
+    scenario: str
+    store: Any
+    #: release id -> sequence number in the scenario's chain (absent: unknown / no release)
+    release_sequences: dict[str, int] = field(default_factory=dict)
+    head_sequence: int = 0
+
+    def releases_behind(self, release_id: str | None) -> int:
+        """How many releases behind the head ``release_id`` is (no release: the whole chain)."""
+        seq = self.release_sequences.get(release_id or "", 0)
+        return max(self.head_sequence - seq, 0)
+
+
+FilterSpec = Any  # "name" | (name, {options}) | {"name": name, **options}
+
+
+def parse_filter_spec(spec: FilterSpec) -> tuple[str, dict[str, Any]]:
+    """Normalise one filter declaration to (name, options)."""
+    if isinstance(spec, str):
+        return spec, {}
+    if isinstance(spec, (tuple, list)) and len(spec) == 2 and isinstance(spec[0], str):
+        return spec[0], dict(spec[1] or {})
+    if isinstance(spec, dict) and isinstance(spec.get("name"), str):
+        options = dict(spec)
+        return options.pop("name"), options
+    raise ConfigError(f"invalid record filter declaration {spec!r}: use a name, "
+                      "(name, options) or {{name: ..., option: ...}}")
+
+
+def build_filters(specs: Iterable[FilterSpec], plugins: Plugins, **services: Any) -> list[tuple[str, Any]]:
+    """Instantiate filters in order; a name declared twice keeps its first declaration."""
+    built: list[tuple[str, Any]] = []
+    seen: set[str] = set()
+    for spec in specs:
+        name, options = parse_filter_spec(spec)
+        if name in seen:
+            continue
+        seen.add(name)
+        built.append((name, instantiate("record_filter", name, options, plugins, **services)))
+    return built
+
+
+def load_pool(store: Any, scenario: str, *, limit: int = SCAN_LIMIT) -> list[Experience]:
+    """Unconsumed reports of ``scenario`` whose quoted records are all unconsumed, oldest first."""
+    reports = store.list_reports(scenario, unconsumed_only=True, limit=limit)
+    if not reports:
+        return []
+    ref_ids = list(dict.fromkeys(r for rep in reports for r in (rep.references or [])))
+    records = store.get_records(ref_ids)
+    consumed = store.consumed(ref_ids)
+    pool: list[Experience] = []
+    for rep in reports:
+        refs = list(rep.references or [])
+        if any(r in consumed or r not in records for r in refs):
+            continue
+        pool.append(Experience(
+            report_id=rep.id, scenario=rep.scenario, score=rep.score, feedback=rep.feedback,
+            metadata=dict(rep.meta or {}), created_at=rep.created_at, report_seq=rep.seq,
+            records=tuple(ExperienceRecord.from_row(records[r]) for r in refs),
+        ))
+    return pool
+
+
+def filter_context(store: Any, scenario: str) -> FilterContext:
+    releases = store.list_releases(scenario, newest_first=False)
+    return FilterContext(
+        scenario=scenario, store=store,
+        release_sequences={r.release_id: r.sequence for r in releases},
+        head_sequence=releases[-1].sequence if releases else 0,
+    )
+
+
+def eligible(store: Any, scenario: str, filters: Sequence[tuple[str, Any]]) -> list[Experience]:
+    """The scenario's eligible experiences after every filter, oldest first."""
+    items = load_pool(store, scenario)
+    if not items:
+        return []
+    ctx = filter_context(store, scenario)
+    for name, flt in filters:
+        before = len(items)
+        items = list(flt.apply(items, ctx))
+        if len(items) != before:
+            log.debug("filter %s kept %d of %d experiences of %s", name, len(items), before, scenario)
+        if not items:
+            break
+    return items
