@@ -1,7 +1,9 @@
 """The ``upstream`` runtime: any OpenAI- or Anthropic-compatible HTTP endpoint.
 
 One pooled ``httpx.AsyncClient`` (keep-alive connections, connect and read timeouts) per
-runtime. The runtime speaks ``dialect``; the server translates clients of the other dialect.
+runtime; with ``http_transport: auto`` (the default) its transport runs on aiohttp's pool
+when aiohttp is installed, because httpx's own pool costs milliseconds of CPU per request
+under concurrency (see ``reef_core.serve.http_transport``). The runtime speaks ``dialect``; the server translates clients of the other dialect.
 Errors: a connection that cannot be made or times out is ``RuntimeUnavailable`` (502); an
 error status from the upstream is ``RuntimeCallError`` with that status and the upstream's
 message; a stream that ends without its terminal event (``data: [DONE]`` / ``message_stop``)
@@ -62,11 +64,18 @@ class UpstreamRuntime(Runtime):
     def __init__(self, upstream_url: str | None = None, api_key: str | None = None, dialect: str = "openai",
                  model: str | None = None, timeout_s: float = 300, connect_timeout_s: float = 10,
                  max_connections: int = 256, model_map: dict[str, str] | None = None,
-                 default_max_tokens: int = 4096):
+                 default_max_tokens: int = 4096, http_transport: str = "auto"):
         if dialect not in _PATHS:
             raise ValueError(f"runtime.dialect must be 'openai' or 'anthropic', not {dialect!r}")
         if upstream_url is not None and not str(upstream_url).startswith(("http://", "https://")):
             raise ValueError(f"runtime.upstream_url must start with http:// or https://, not {upstream_url!r}")
+        if http_transport not in ("auto", "aiohttp", "httpx"):
+            raise ValueError(f"runtime.http_transport must be auto, aiohttp or httpx, not {http_transport!r}")
+        from ..serve import http_transport as transports
+
+        if http_transport == "aiohttp" and not transports.available():
+            raise ValueError("runtime.http_transport is 'aiohttp' but aiohttp is not installed")
+        self.http_transport = "aiohttp" if http_transport != "httpx" and transports.available() else "httpx"
         self.dialect = dialect
         self.upstream_url = _base_url(str(upstream_url)) if upstream_url else None
         self.model = model or None
@@ -96,8 +105,13 @@ class UpstreamRuntime(Runtime):
         if self.upstream_url is None:
             log.error("%s", UpstreamNotConfigured())
             return
+        transport = None
+        if self.http_transport == "aiohttp":
+            from ..serve.http_transport import AiohttpTransport
+
+            transport = AiohttpTransport(max_connections=self.limits.max_connections or 256)
         self._client = httpx.AsyncClient(base_url=self.upstream_url, timeout=self.timeout, limits=self.limits,
-                                         headers=self._headers)
+                                         headers=self._headers, transport=transport)
 
     async def aclose(self) -> None:
         if self._client is not None:
