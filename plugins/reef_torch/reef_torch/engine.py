@@ -153,6 +153,7 @@ class GenerationEngine:
                 try:
                     if admitted:
                         self._prefill(admitted)
+                        self._run_commands()  # every forward boundary is a chance to swap
                     if self._rows:
                         self._decode_step()
                 except Exception as exc:  # a failed forward fails its batch, not the engine

@@ -9,6 +9,9 @@ import torch
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>"]
 CHARS = list(string.ascii_lowercase + string.ascii_uppercase + string.digits + " .,!?'-:;\n")
+# Whole words the test adapters learn to answer: one token each, so a LoRA on this tiny
+# model learns them in a few dozen steps (character sequences are much harder for it).
+WORDS = ["banana", "cherry", "mango"]
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}</s>{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
@@ -20,11 +23,12 @@ def build_tiny_model(out: Path, seed: int = 0) -> Path:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    vocab = {tok: i for i, tok in enumerate(SPECIALS + CHARS)}
+    vocab = {tok: i for i, tok in enumerate(SPECIALS + CHARS + WORDS)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split("", "isolated")
     core.decoder = decoders.Fuse()
     core.add_special_tokens(SPECIALS)
+    core.add_tokens(WORDS)
     tok = PreTrainedTokenizerFast(
         tokenizer_object=core, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
         padding_side="left",
@@ -49,7 +53,7 @@ def prompt_ids(tokenizer, text: str) -> list[int]:
     return tokenizer(rendered, add_special_tokens=False)["input_ids"]
 
 
-def train_word_adapter(model_dir: Path, artifact_dir: Path, word: str, prompts: list[str], *, steps: int = 60,
+def train_word_adapter(model_dir: Path, artifact_dir: Path, word: str, prompts: list[str], *, steps: int = 80,
                        lr: float = 2e-2, include_lm_head: bool = True, seed: int = 0, r: int = 8) -> Path:
     """Train a LoRA that answers ``word`` to every prompt; REINFORCE with advantage 1 on the
     target response (i.e. likelihood training through the toolkit). Returns the adapter dir."""
@@ -121,3 +125,30 @@ async def wait_until(predicate, what: str) -> None:
             return
         await asyncio.sleep(0.005)
     raise AssertionError(f"timed out waiting until {what}")
+
+
+class Blocker:
+    """Queue a command that parks the engine's worker between two steps until ``open()``.
+
+    Commands run in order, so a Blocker queued behind an adapter load pauses the worker
+    right after that load, with the batch still holding whatever was in flight."""
+
+    def __init__(self, engine):
+        import threading
+
+        self.entered = threading.Event()
+        self._release = threading.Event()
+
+        def block():
+            self.entered.set()
+            self._release.wait(60)
+
+        self.future = engine.call(block)
+
+    async def wait(self) -> None:
+        import asyncio
+
+        assert await asyncio.to_thread(self.entered.wait, 60), "the engine never ran the blocker"
+
+    def open(self) -> None:
+        self._release.set()

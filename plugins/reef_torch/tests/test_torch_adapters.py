@@ -1,0 +1,171 @@
+"""Per-scenario LoRA adapters: activate, hot swap under load, drain, rollback, side by side."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from reef_core.errors import RuntimeCallError
+from reef_core.types import ActiveRelease, InferenceCall
+from reef_torch import LocalRuntime
+from reef_torch_testing import Blocker, Gate, release, train_word_adapter, wait_until
+
+PROMPTS = ["hello", "hi", "what?", "say something", "tell me"]
+
+
+@pytest.fixture(scope="module")
+def word_adapters(tiny_model_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("adapters")
+    return {
+        word: train_word_adapter(tiny_model_dir, root / word, word, PROMPTS, steps=80)
+        for word in ("banana", "cherry")
+    }
+
+
+@pytest.fixture
+async def runtime(tiny_model_dir):
+    rt = LocalRuntime(model=str(tiny_model_dir), max_new_tokens_default=12, batch_window_ms=5)
+    await rt.start()
+    yield rt
+    await rt.aclose()
+
+
+async def ask(rt, scenario="s", text="hello", **body):
+    c = InferenceCall(scenario=scenario, record_id="r", body={"messages": [{"role": "user", "content": text}], "temperature": 0, **body})
+    out = await rt.complete(c)
+    return out["choices"][0]["message"]["content"], c.extras["adapter"]
+
+
+def loaded(rt) -> set[str]:
+    return set(getattr(rt.engine.model, "peft_config", {}))
+
+
+@pytest.mark.asyncio
+async def test_activate_changes_outputs_rollback_restores(runtime, word_adapters, tmp_path):
+    base_answer, adapter = await ask(runtime)
+    assert adapter is None and "banana" not in base_answer
+
+    await runtime.activate(release("s", "r1", tmp_path, word_adapters["banana"]))
+    for text in PROMPTS[:3]:
+        assert await ask(runtime, text=text) == ("banana", "s@r1")
+    assert await ask(runtime, scenario="other") == (base_answer, None)  # other scenarios untouched
+
+    await runtime.activate(release("s", "r2", tmp_path, None))  # a release without adapter/: the base
+    assert await ask(runtime) == (base_answer, None)
+    assert loaded(runtime) == set()  # r1 drained and deleted
+
+    await runtime.activate(release("s", "r3", tmp_path, word_adapters["banana"]))  # rollback as a new release
+    assert await ask(runtime) == ("banana", "s@r3")
+    await runtime.activate(release("s", "r1", tmp_path, word_adapters["banana"]))  # or the old release itself
+    assert await ask(runtime) == ("banana", "s@r1")
+    assert loaded(runtime) == {"s@r1"}
+
+
+@pytest.mark.asyncio
+async def test_swap_under_continuous_load_never_fails_and_names_each_version(runtime, word_adapters, tmp_path):
+    expected = {"s@r1": "banana", "s@r2": "cherry"}
+    await runtime.activate(release("s", "r1", tmp_path, word_adapters["banana"]))
+    swapped = asyncio.Event()
+    results: list[tuple[str, str | None]] = []
+
+    async def client(i):
+        after = 0
+        while after < 3:
+            results.append(await ask(runtime, text=PROMPTS[i % len(PROMPTS)]))
+            if swapped.is_set():
+                after += 1
+
+    clients = [asyncio.create_task(client(i)) for i in range(4)]
+    await wait_until(lambda: len(results) >= 8, "the clients have been served on r1")
+    await runtime.activate(release("s", "r2", tmp_path, word_adapters["cherry"]))
+    swapped.set()
+    await asyncio.gather(*clients)  # any failed request would raise here
+
+    assert {a for _, a in results} == {"s@r1", "s@r2"}
+    assert all(text == expected[adapter] for text, adapter in results)
+    assert results[-1] == ("cherry", "s@r2")
+    await wait_until(lambda: loaded(runtime) == {"s@r2"}, "the old adapter is deleted")
+
+
+@pytest.mark.asyncio
+async def test_in_flight_request_finishes_on_its_adapter_then_old_one_is_deleted(runtime, word_adapters, tmp_path):
+    await runtime.activate(release("s", "r1", tmp_path, word_adapters["banana"]))
+    engine = runtime.engine
+    gate = Gate(engine, lambda row: row.req.adapter == "s@r1" and len(row.tokens) == 1)
+    in_flight = asyncio.create_task(ask(runtime))
+    await gate.wait()  # the r1 request has sampled "banana", its end token is still to come
+
+    swap = asyncio.create_task(runtime.activate(release("s", "r2", tmp_path, word_adapters["cherry"])))
+    await wait_until(lambda: len(engine._commands) == 1, "the adapter load is queued")
+    parked = Blocker(engine)  # runs right after the load, with the r1 request still in the batch
+    gate.open()
+    await parked.wait()
+    await swap
+    assert loaded(runtime) == {"s@r1", "s@r2"}  # r1 is still held by the in-flight request
+    assert runtime.serving()["_draining"] == {"s@r1": 1}
+    assert runtime.serving()["s"]["adapter"] == "s@r2"
+
+    newcomer = asyncio.create_task(ask(runtime))
+    await wait_until(lambda: len(engine._pending) == 1, "the new request is queued")
+    parked.open()
+    assert await in_flight == ("banana", "s@r1")
+    assert await newcomer == ("cherry", "s@r2")
+    await wait_until(lambda: loaded(runtime) == {"s@r2"}, "r1 is deleted once drained")
+    assert runtime.serving()["_draining"] == {}
+
+
+@pytest.mark.asyncio
+async def test_two_scenarios_side_by_side_in_one_batch_do_not_mix(runtime, word_adapters, tmp_path):
+    await runtime.activate(release("a", "r1", tmp_path, word_adapters["banana"]))
+    await runtime.activate(release("b", "r1", tmp_path, word_adapters["cherry"]))
+    base_answer, _ = await ask(runtime, scenario="c")
+    runtime.engine.forward_log.clear()
+    scenarios = ["a", "b", "c"] * 3
+    outs = await asyncio.gather(*(ask(runtime, scenario=s, text=PROMPTS[i % 5]) for i, s in enumerate(scenarios)))
+    want = {"a": ("banana", "a@r1"), "b": ("cherry", "b@r1")}
+    for s, (text, adapter) in zip(scenarios, outs):
+        if s == "c":
+            assert adapter is None and text != "banana" and text != "cherry"
+        else:
+            assert (text, adapter) == want[s]
+    # rows of all three (two adapters and the base) shared forwards
+    assert max(n for _, n in runtime.engine.forward_log) >= 3
+
+
+@pytest.mark.asyncio
+async def test_frozen_release_on_the_call_wins_while_resident(runtime, word_adapters, tmp_path):
+    r1 = release("s", "r1", tmp_path, word_adapters["banana"])
+    await runtime.activate(r1)
+    engine = runtime.engine
+    gate = Gate(engine, lambda row: row.req.adapter == "s@r1" and len(row.tokens) == 1)
+    holder = asyncio.create_task(ask(runtime))
+    await gate.wait()
+    swap = asyncio.create_task(runtime.activate(release("s", "r2", tmp_path, word_adapters["cherry"])))
+    await wait_until(lambda: len(engine._commands) == 1, "the adapter load is queued")
+    parked = Blocker(engine)
+    gate.open()
+    await parked.wait()
+    await swap  # r2 serves now; r1 drains, held by `holder`
+    c = InferenceCall(scenario="s", record_id="x", release=r1,
+                      body={"messages": [{"role": "user", "content": "hi"}], "temperature": 0})
+    frozen = asyncio.create_task(runtime.complete(c))
+    await wait_until(lambda: len(engine._pending) == 1, "the frozen-release request is queued")
+    parked.open()
+    await holder
+    out = await frozen
+    assert (out["choices"][0]["message"]["content"], c.extras["adapter"]) == ("banana", "s@r1")
+    assert await ask(runtime) == ("cherry", "s@r2")
+
+
+@pytest.mark.asyncio
+async def test_bad_adapter_dir_is_a_clear_error_and_serving_continues(runtime, tmp_path):
+    path = tmp_path / "broken"
+    (path / "adapter").mkdir(parents=True)
+    with pytest.raises(RuntimeCallError, match="adapter_config.json"):
+        await runtime.activate(ActiveRelease(scenario="s", release_id="bad", path=path))
+    (path / "adapter" / "adapter_config.json").write_text("{}")
+    with pytest.raises(RuntimeCallError, match="Could not load the adapter"):
+        await runtime.activate(ActiveRelease(scenario="s", release_id="bad", path=path))
+    text, adapter = await ask(runtime)
+    assert adapter is None and text
