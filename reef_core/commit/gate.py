@@ -56,8 +56,8 @@ class EvalContext:
         Blocks the calling (evaluator) thread; raises EvaluationCancelled once the gate gave
         up, ``TimeoutError`` after ``timeout_s``, or whatever the runtime raised.
         """
-        if self.cancelled.is_set():
-            raise EvaluationCancelled("evaluation was cancelled")
+        if self.cancelled.is_set() or (self.deadline is not None and time.monotonic() >= self.deadline):
+            raise EvaluationCancelled("the evaluation's time is up")
         if release is not None and self.apply_harness is not None:
             body = self.apply_harness(body, self.dialect, release)
         call = InferenceCall(scenario=self.scenario, record_id=f"eval_{uuid.uuid4().hex}", body=body,
@@ -99,7 +99,9 @@ def run_gate(evaluator: Any, name: str, candidate: Candidate, current: ActiveRel
     thread = threading.Thread(target=work, name=f"reef-eval-{candidate.id}", daemon=True)
     thread.start()
     finished = done.wait(timeout_s)
-    if not finished:
+    # Episodes cut short by the deadline make an evaluation that "finished" just in time: it
+    # measured nothing trustworthy, so it counts as timed out too.
+    if not finished or time.monotonic() >= ctx.deadline:
         ctx.cancelled.set()
         reason = f"evaluation timed out after {timeout_s:g}s"
         log.warning("candidate %s: %s; rejected", candidate.id, reason)

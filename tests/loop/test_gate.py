@@ -1,0 +1,135 @@
+"""Commit gate over HTTP: losers, crashing and hanging evaluators are rejected and nothing is
+published; a scenario's own evaluator overrides the root one."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from reef_core.testing import FakeUpstream, ReefServer, system_prompt
+from reef_core.types import Decision, Evaluation
+
+from .conftest import GOOD_FEEDBACK, add_plugin, ask, capital_model, feedback_rules_config, report, settings_for
+
+
+def _grow(client, scenario: str = "default") -> dict:
+    r = client.post(f"/reef/scenarios/{scenario}/grow")
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _feed(client, feedback: str, scenario: str | None = None, n: int = 1) -> None:
+    for i in range(n):
+        r = ask(client, f"What is the capital of Italy? ({i})", scenario=scenario)
+        report(client, [r.headers["x-reef-agent-record-id"]], score=0.0, feedback=feedback, scenario=scenario)
+
+
+def test_losing_candidate_is_rejected_and_serving_is_unchanged(tmp_path):
+    with FakeUpstream("openai", capital_model) as up:
+        settings = settings_for(tmp_path, up, feedback_rules_config(batch_size=1, loop_enabled=False))
+        with ReefServer(tmp_path, settings=settings) as server:
+            client = server.client()
+            _feed(client, GOOD_FEEDBACK)
+            won = _grow(client)
+            assert won["outcome"] == "published"
+
+            _feed(client, "Answer in a friendly tone")
+            lost = _grow(client)
+            assert lost["outcome"] == "rejected"
+            assert lost["evaluation"]["metrics"]["wins"] == 0 and lost["evaluation"]["metrics"]["ties"] == 2
+            assert "not above margin 0" in lost["reason"]
+
+            releases = client.get("/reef/scenarios/default/releases").json()
+            assert [r["release_id"] for r in releases["releases"]] == [won["release_id"]]
+            assert releases["serving_release_id"] == won["release_id"]
+            candidates = client.get("/reef/scenarios/default/candidates").json()["candidates"]
+            assert [(c["status"], c["decision"]) for c in candidates] == [("rejected", "reject"),
+                                                                          ("published", "select")]
+            up.reset()
+            r = ask(client, "What is the capital of Italy?")
+            assert r.headers["x-reef-release-id"] == won["release_id"]
+            assert "friendly tone" not in system_prompt(up.requests[-1])
+
+            nothing = _grow(client)
+            assert nothing["outcome"] == "nothing" and "no eligible experience" in nothing["reason"]
+
+
+class ExplodingEvaluator:
+    """Raises while evaluating."""
+
+    def evaluate(self, candidate, current, ctx):
+        raise RuntimeError("the judge fell over")
+
+    def decide(self, evaluation):
+        return Decision("select")
+
+
+class HangingEvaluator:
+    """Never finishes within its timeout."""
+
+    timeout_s = 0.5
+
+    def __init__(self):
+        self.release = threading.Event()
+
+    def evaluate(self, candidate, current, ctx):
+        self.release.wait(30)
+        return Evaluation(evaluator="hanging")
+
+    def decide(self, evaluation):
+        return Decision("select")
+
+
+class JunkDecider:
+    """Decides with something that is not a Decision."""
+
+    def evaluate(self, candidate, current, ctx):
+        return Evaluation(evaluator="junk")
+
+    def decide(self, evaluation):
+        return "select"
+
+
+@pytest.mark.parametrize("name, cls, reason", [
+    ("exploding", ExplodingEvaluator, "RuntimeError: the judge fell over"),
+    ("hanging", HangingEvaluator, "timed out after 0.5s"),
+    ("junk", JunkDecider, "not a Decision"),
+])
+def test_failing_evaluator_rejects_and_publishes_nothing(tmp_path, name, cls, reason):
+    add_plugin("evaluator", name, cls)
+    with FakeUpstream("openai", capital_model) as up:
+        settings = settings_for(tmp_path, up, feedback_rules_config(batch_size=1, loop_enabled=False,
+                                                                    evaluator={"name": name}))
+        with ReefServer(tmp_path, settings=settings) as server:
+            client = server.client()
+            _feed(client, GOOD_FEEDBACK)
+            result = _grow(client)
+            assert result["outcome"] == "error"
+            assert reason in result["reason"] and reason in result["evaluation"]["error"]
+            assert client.get("/reef/scenarios/default/releases").json()["releases"] == []
+            [candidate] = client.get("/reef/scenarios/default/candidates").json()["candidates"]
+            assert candidate["status"] == "error" and candidate["decision"] == "error"
+            assert reason in candidate["reason"]
+            assert "x-reef-release-id" not in ask(client, "hello").headers
+            if name == "hanging":
+                server.reef.extensions["learning"].evaluator_for("default")[1].release.set()
+
+
+def test_scenario_evaluator_overrides_the_root_evaluator(tmp_path):
+    scenarios = {"strict": {"evaluator": "task_suite",
+                            "evaluator_options": {"tasks": [{"prompt": "What is the capital of Japan?",
+                                                             "expected": "Tokyo"}]}}}
+    config = feedback_rules_config(batch_size=1, loop_enabled=False, evaluator={"name": "always"},
+                                   scenarios=scenarios)
+    with FakeUpstream("openai", capital_model) as up:
+        with ReefServer(tmp_path, settings=settings_for(tmp_path, up, config)) as server:
+            client = server.client()
+            _feed(client, "Answer in a friendly tone")
+            _feed(client, "Answer in a friendly tone", scenario="strict")
+            lenient = _grow(client)
+            strict = _grow(client, "strict")
+            assert lenient["outcome"] == "published" and lenient["evaluation"]["evaluator"] == "always"
+            assert strict["outcome"] == "rejected" and strict["evaluation"]["evaluator"] == "task_suite"
+            assert client.get("/reef/scenarios/strict").json()["loop"]["evaluator"] == "task_suite"
+            assert client.get("/reef/scenarios/strict/releases").json()["releases"] == []

@@ -1,0 +1,199 @@
+"""Crash recovery and consumption: a SIGKILL between the git publish and the database write,
+records never consumed twice (also across restarts), interrupted candidates settled."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+
+from reef_core.kernel import Reef
+from reef_core.plugins import get_plugins
+from reef_core.store import CandidateRow, Record, RecordStore, Report, new_id
+
+from .conftest import add_plugin, feedback_rules_config, settings_for, write_config
+
+
+class Down:
+    """An upstream nobody listens on: these tests never call the model."""
+
+    url, dialect = "http://127.0.0.1:9", "openai"
+
+
+def _seed(store: RecordStore, feedback: str, *, scenario: str = "default", score: float = 0.0) -> tuple[str, str]:
+    rec = Record(id=new_id("rec"), scenario=scenario, request={"messages": [{"role": "user", "content": feedback}]},
+                 response={"choices": [{"message": {"content": "?"}}]})
+    store.add_record(rec)
+    rpt = Report(id=new_id("rpt"), scenario=scenario, score=score, feedback=feedback, references=[rec.id],
+                 body_hash=new_id("h"))
+    store.add_report(rpt)
+    return rec.id, rpt.id
+
+
+def _reef_cli(tmp_path, *args: str, fault: bool = False) -> subprocess.CompletedProcess:
+    cfg = write_config(tmp_path / "cli.yaml", feedback_rules_config(batch_size=1, loop_enabled=False,
+                                                                   evaluator={"name": "always"}))
+    env = {k: v for k, v in os.environ.items() if k != "REEF_FAULT_AFTER_GIT_PUBLISH"}
+    if fault:
+        env["REEF_FAULT_AFTER_GIT_PUBLISH"] = "kill"
+    return subprocess.run([sys.executable, "-m", "reef_core", *args, "-c", str(cfg),
+                           f"server.state_dir={tmp_path / 'state'}", f"runtime.upstream_url={Down.url}"],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+def _git_releases(state) -> list[str]:
+    out = subprocess.run(["git", f"--git-dir={state / 'artifacts.git'}", "rev-list", "refs/reef/scenarios/default"],
+                         capture_output=True, text=True)
+    return out.stdout.split()
+
+
+def test_sigkill_between_git_publish_and_database_write(tmp_path):
+    state = tmp_path / "state"
+    store = RecordStore(f"sqlite:///{state / 'reef.db'}")
+    _seed(store, "Always cite the source")
+
+    killed = _reef_cli(tmp_path, "grow", "-s", "default", fault=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert len(_git_releases(state)) == 1
+    assert store.list_releases("default") == []
+    [candidate] = store.list_candidates("default")
+    assert candidate.status == "selected"
+
+    listed = _reef_cli(tmp_path, "releases", "-s", "default", "--json")
+    assert listed.returncode == 0, listed.stderr
+    [release] = json.loads(listed.stdout)
+    assert release["candidate_id"] == candidate.id and release["sequence"] == 1
+    assert store.get_candidate(candidate.id).status == "published"
+
+    _seed(store, "Never guess numbers")
+    grown = _reef_cli(tmp_path, "grow", "-s", "default", "--json")
+    assert grown.returncode == 0, grown.stderr
+    result = json.loads(grown.stdout)
+    assert result["outcome"] == "published"
+    rows = store.list_releases("default", newest_first=False)
+    assert [r.sequence for r in rows] == [1, 2] and rows[1].parent_id == rows[0].release_id
+    assert [r.git_commit for r in reversed(rows)] == _git_releases(state)
+    store.close()
+
+
+def test_restart_serves_the_recovered_head(tmp_path):
+    """After a crash the next start reconciles, then serves the head the database missed."""
+    state = tmp_path / "state"
+    store = RecordStore(f"sqlite:///{state / 'reef.db'}")
+    _seed(store, "Always cite the source")
+    assert _reef_cli(tmp_path, "grow", fault=True).returncode == -signal.SIGKILL
+    settings = settings_for(tmp_path, Down, feedback_rules_config(batch_size=1, loop_enabled=False))
+    reef = Reef(settings, get_plugins())
+
+    async def boot():
+        await reef.start()
+        try:
+            return reef.serving_release("default")
+        finally:
+            await reef.stop()
+
+    serving = asyncio.run(boot())
+    head = store.head_release("default")
+    assert serving is not None and serving.release_id == head.release_id
+    assert (serving.harness_dir / "rules.md").read_text() == "- Always cite the source.\n"
+    store.close()
+
+
+def _kernel(tmp_path, batch_size: int = 1, recipe: dict | None = None) -> Reef:
+    config = feedback_rules_config(batch_size=batch_size, loop_enabled=False, evaluator={"name": "always"})
+    if recipe:
+        config["recipe"] = recipe
+    reef = Reef(settings_for(tmp_path, Down, config), get_plugins())
+    reef.extensions["learning"].background = False
+    return reef
+
+
+def _grow(reef: Reef, times: int = 1) -> list:
+    async def run():
+        await reef.start()
+        try:
+            return [await reef.extensions["learning"].grow("default") for _ in range(times)]
+        finally:
+            await reef.stop()
+
+    return asyncio.run(run())
+
+
+def test_a_record_is_never_consumed_twice_across_restarts(tmp_path):
+    reef = _kernel(tmp_path)
+    rec, first_report = _seed(reef.store, "Always cite the source")
+    [step] = _grow(reef)
+    assert step.outcome == "published"
+
+    # another report quoting the consumed record is not eligible, before or after a restart
+    quoting = Report(id=new_id("rpt"), scenario="default", score=0.0, feedback="Be brief", references=[rec],
+                     body_hash="x")
+    reef2 = _kernel(tmp_path)
+    reef2.store.add_report(quoting)
+    [again] = _grow(reef2)
+    assert again.outcome == "nothing" and "no eligible experience" in again.reason
+    assert reef2.store.consumed([rec, first_report, quoting.id]) == {rec, first_report}
+
+    fresh_rec, fresh_report = _seed(reef2.store, "Be brief")
+    reef3 = _kernel(tmp_path)
+    [third] = _grow(reef3)
+    assert third.outcome == "published"
+    consumers = {c.candidate_id for c in _consumption(reef3.store)}
+    assert len(consumers) == 2
+    assert reef3.store.consumed([fresh_rec, fresh_report]) == {fresh_rec, fresh_report}
+
+
+def _consumption(store: RecordStore):
+    from sqlmodel import Session, select
+
+    from reef_core.store import Consumption
+
+    with Session(store._reader) as s:
+        return list(s.exec(select(Consumption)).all())
+
+
+class FailingRecipe:
+    update_target = "harness"
+    filters = ("scored",)
+    batch_size = 1
+    default_evaluator = "always"
+
+    def propose(self, batch, current_artifact, ctx):
+        raise ValueError("no idea what to learn")
+
+
+def test_a_failed_proposal_releases_its_batch(tmp_path):
+    add_plugin("recipe", "failing", FailingRecipe)
+    reef = _kernel(tmp_path, recipe={"name": "failing"})
+    rec, rpt = _seed(reef.store, "Be brief")
+    [step] = _grow(reef)
+    assert step.outcome == "error" and "ValueError: no idea what to learn" in step.reason
+    assert reef.store.consumed([rec, rpt]) == set()
+    [candidate] = reef.store.list_candidates("default")
+    assert candidate.status == "error" and "no idea" in candidate.reason
+
+
+def test_feedback_without_text_is_consumed_without_a_candidate(tmp_path):
+    reef = _kernel(tmp_path)
+    rec, rpt = _seed(reef.store, "")
+    [step, after] = _grow(reef, times=2)
+    assert step.outcome == "skipped"
+    assert after.outcome == "nothing"
+    assert reef.store.consumed([rec, rpt]) == {rec, rpt}
+    assert reef.store.list_releases("default") == []
+
+
+def test_interrupted_candidates_are_settled_on_start(tmp_path):
+    reef = _kernel(tmp_path)
+    rec, rpt = _seed(reef.store, "Be brief")
+    cid = new_id("cand")
+    reef.store.consume(cid, "default", record_ids=[rec], report_ids=[rpt])
+    reef.store.add_candidate(CandidateRow(id=cid, scenario="default", recipe="feedback_rules", status="evaluating"))
+    [step] = _grow(reef)
+    assert step.outcome == "nothing"
+    row = reef.store.get_candidate(cid)
+    assert row.status == "error" and "interrupted" in row.reason
+    assert reef.store.consumed([rec, rpt]) == {rec, rpt}
