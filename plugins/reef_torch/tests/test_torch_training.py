@@ -1,0 +1,174 @@
+"""The training toolkit: logprob recompute vs recorded sampling logprobs, losses, optimizer,
+reference model, determinism, artifacts."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoTokenizer
+
+from reef_core.types import InferenceCall
+from reef_torch import LocalRuntime
+from reef_torch.training import (
+    PolicyTrainer,
+    Sample,
+    collate,
+    importance_ratios,
+    kl_penalty,
+    load_policy,
+    make_optimizer,
+    masked_mean,
+    policy_gradient_loss,
+    ppo_clip_loss,
+    reference_logprobs,
+    response_logprobs,
+    rollout,
+    save_adapter,
+    token_logprobs,
+)
+from reef_torch_testing import prompt_ids, release, train_word_adapter
+
+PROMPTS = ["hello", "what is two plus two?", "tell me a story", "hi there"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    return AutoTokenizer.from_pretrained(str(tiny_model_dir))
+
+
+async def record(rt, scenario, text, **body):
+    c = InferenceCall(scenario=scenario, record_id="r", body={"messages": [{"role": "user", "content": text}], "max_tokens": 16, **body})
+    await rt.complete(c)
+    e = c.extras
+    return Sample(e["prompt_token_ids"], e["response_token_ids"], e["logprobs"]), e
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("with_adapter", [False, True])
+async def test_recompute_matches_recorded_sampling_logprobs(tiny_model_dir, tokenizer, tmp_path, with_adapter):
+    adapter = train_word_adapter(tiny_model_dir, tmp_path / "art", "mango", PROMPTS[:2], steps=15) if with_adapter else None
+    rt = LocalRuntime(model=str(tiny_model_dir))
+    await rt.start()
+    if adapter is not None:
+        await rt.activate(release("s", "r1", tmp_path, adapter))
+    recorded = {}
+    # greedy and sampled at T=1 (several at once, so batched rows are covered), then T=0.7
+    for t, seeds in ((0, [None]), (1.0, [1, 2, 3]), (0.7, [4])):
+        import asyncio
+
+        outs = await asyncio.gather(*(record(rt, "s", p, temperature=t, seed=s) for p in PROMPTS for s in seeds))
+        recorded[t] = outs
+    await rt.aclose()
+    assert all(e["adapter"] == ("s@r1" if adapter else None) for outs in recorded.values() for _, e in outs)
+
+    policy = load_policy(tiny_model_dir, adapter)  # a separate training copy
+    for t, outs in recorded.items():
+        samples = [s for s, _ in outs]
+        recomputed = response_logprobs(policy, samples, tokenizer.pad_token_id, temperature=t)
+        for s, lp in zip(samples, recomputed):
+            assert len(lp) == len(s.logprobs)
+            assert lp == pytest.approx(s.logprobs, abs=2e-4)
+        batch = collate(samples, tokenizer.pad_token_id)
+        with torch.no_grad():
+            ratios = importance_ratios(token_logprobs(policy, batch, t), batch.old_logprobs, batch.response_mask)
+        assert torch.allclose(ratios, torch.ones_like(ratios), atol=1e-3)
+
+
+def test_rollout_logprobs_match_recompute(tiny_model_dir, tokenizer):
+    policy = load_policy(tiny_model_dir, include_lm_head=True, seed=0)
+    prompts = [prompt_ids(tokenizer, p) for p in PROMPTS]
+    samples = rollout(policy, prompts, pad_id=tokenizer.pad_token_id, eos_ids=[tokenizer.eos_token_id],
+                      num_samples=2, max_new_tokens=10, temperature=1.0, seed=5)
+    assert len(samples) == 8 and samples[0].prompt_ids == samples[1].prompt_ids
+    again = rollout(policy, prompts, pad_id=tokenizer.pad_token_id, eos_ids=[tokenizer.eos_token_id],
+                    num_samples=2, max_new_tokens=10, temperature=1.0, seed=5)
+    assert [s.response_ids for s in again] == [s.response_ids for s in samples]
+    recomputed = response_logprobs(policy, samples, tokenizer.pad_token_id)
+    for s, lp in zip(samples, recomputed):
+        assert lp == pytest.approx(s.logprobs, abs=2e-4)
+
+
+def test_losses_on_hand_computed_values():
+    mask = torch.tensor([[0.0, 1.0, 1.0], [0.0, 0.0, 1.0]])
+    logp = torch.tensor([[-9.0, -1.0, -2.0], [-9.0, -9.0, -0.5]])
+    adv = torch.tensor([[0.0, 1.0, 1.0], [0.0, 0.0, -2.0]])
+    # REINFORCE: -mean(A·logp) over the 3 masked tokens = -((-1) + (-2) + 1) / 3
+    assert policy_gradient_loss(logp, adv, mask).item() == pytest.approx(2 / 3)
+    assert masked_mean(logp, mask, dim=1).tolist() == pytest.approx([-1.5, -0.5])
+
+    old = logp.clone()
+    old[0, 1] = -1.0 - math.log(2.0)  # ratio 2 on a positive advantage: clipped to 1.2
+    old[1, 2] = -0.5 + math.log(2.0)  # ratio 0.5 on a negative advantage: clipped to 0.8
+    loss, stats = ppo_clip_loss(logp, old, adv, mask, clip_low=0.2)
+    # min(r·A, clip(r)·A) per token: 1.2·1, 1·1, min(0.5·-2, 0.8·-2) = -1.6
+    assert loss.item() == pytest.approx(-(1.2 + 1.0 - 1.6) / 3)
+    assert stats["clip_fraction"] == pytest.approx(2 / 3)
+    assert importance_ratios(logp, old, mask)[0].tolist() == pytest.approx([1.0, 2.0, 1.0])
+
+    assert kl_penalty(logp, logp, mask).item() == 0.0
+    assert kl_penalty(logp, logp - 0.1, mask, "k1").item() == pytest.approx(0.1, abs=1e-6)
+    assert kl_penalty(logp, logp - 0.1, mask, "k3").item() == pytest.approx(math.exp(-0.1) - 1 + 0.1, abs=1e-6)
+    with pytest.raises(ValueError, match="k1"):
+        kl_penalty(logp, logp, mask, "k9")
+
+
+def test_optimizer_touches_lora_only_and_reference_is_the_frozen_base(tiny_model_dir, tokenizer):
+    policy = load_policy(tiny_model_dir, include_lm_head=True, seed=0)
+    base_weight = policy.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight.detach().clone()
+    samples = [Sample(prompt_ids(tokenizer, p), tokenizer("cherry", add_special_tokens=False)["input_ids"] + [2], advantage=1.0) for p in PROMPTS]
+    batch = collate(samples, tokenizer.pad_token_id)
+    with torch.no_grad():
+        before = token_logprobs(policy, batch)
+    assert torch.allclose(reference_logprobs(policy, batch), before)  # fresh LoRA == base
+
+    # PPO against the behaviour policy's logprobs (recorded once, before training)
+    for s, lp in zip(samples, response_logprobs(policy, samples, tokenizer.pad_token_id)):
+        s.logprobs = lp
+    trainer = PolicyTrainer(policy, pad_id=tokenizer.pad_token_id, lr=2e-2, loss="ppo", kl_coef=0.01, seed=0)
+    history = trainer.fit(lambda i: samples, 10, progress=False)
+    assert {"loss", "grad_norm", "clip_fraction", "ratio_mean", "kl"} <= set(history[0])
+    assert history[0]["ratio_mean"] == pytest.approx(1.0, abs=1e-4) and history[0]["clip_fraction"] == 0.0
+    assert history[-1]["ratio_mean"] > 1.0 and history[-1]["clip_fraction"] > 0.0  # moved off-policy, clipped
+    assert history[-1]["kl"] > 0.0
+    after_base = policy.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight
+    assert torch.equal(after_base, base_weight)
+    with torch.no_grad():
+        trained = token_logprobs(policy, batch)
+    assert masked_mean(trained, batch.response_mask) > masked_mean(before, batch.response_mask)
+    assert torch.allclose(reference_logprobs(policy, batch), before, atol=1e-6)  # base stays frozen
+
+    policy.get_base_model().lm_head.base_layer.weight.requires_grad_(True)
+    with pytest.raises(ValueError, match="not a LoRA weight"):
+        make_optimizer(policy)
+
+
+def test_training_is_deterministic_and_saves_a_loadable_peft_dir(tiny_model_dir, tmp_path):
+    a = train_word_adapter(tiny_model_dir, tmp_path / "a", "mango", PROMPTS, steps=8, seed=3)
+    b = train_word_adapter(tiny_model_dir, tmp_path / "b", "mango", PROMPTS, steps=8, seed=3)
+    c = train_word_adapter(tiny_model_dir, tmp_path / "c", "mango", PROMPTS, steps=8, seed=4)
+    assert a == tmp_path / "a" / "adapter"
+    assert (a / "adapter_config.json").is_file()
+    wa, wb, wc = (load_file(str(d / "adapter_model.safetensors")) for d in (a, b, c))
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert any(not torch.equal(wa[k], wc[k]) for k in wa)
+    assert not any(k.endswith("base_layer.weight") for k in wa)  # save_embedding_layers=False
+    assert any("lm_head.lora_A" in k for k in wa)
+
+    policy = load_policy(tiny_model_dir, a)  # continue training from a published adapter
+    assert any(p.requires_grad for p in policy.parameters())
+    out = save_adapter(policy, tmp_path / "again")
+    assert (out / "adapter_model.safetensors").is_file()
+
+
+def test_collate_checks_lengths(tokenizer):
+    with pytest.raises(ValueError, match="logprobs"):
+        collate([Sample([1, 2], [3], logprobs=[-1.0, -2.0])], 0)
+    with pytest.raises(ValueError, match="non-empty"):
+        collate([Sample([1, 2], [])], 0)
+    batch = collate([Sample([5, 6], [7, 8], advantage=[0.5, -1.0]), Sample([5], [9])], 0)
+    assert batch.response_mask.tolist() == [[0, 1, 1], [1, 0, 0]]
+    assert batch.advantages.tolist() == [[0, 0.5, -1.0], [0, 0, 0]]
+    assert batch.targets.tolist() == [[6, 7, 8], [9, 0, 0]]
