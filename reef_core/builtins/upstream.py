@@ -131,6 +131,10 @@ class UpstreamRuntime(Runtime):
         """A ready request: pre-built URL, headers and timeouts. The hot path hands it to the
         transport directly; ``httpx.AsyncClient``'s per-request layer (URL and header merging,
         cookies, auth and redirect handling) costs ~150 µs of CPU and none of it applies."""
+        if self._transport is None:
+            if self.upstream_url is None:
+                raise UpstreamNotConfigured()
+            raise RuntimeUnavailable("the upstream runtime is not started")
         model = self.model_map.get(body.get("model")) or self.model
         if model and body.get("model") != model:
             body = {**body, "model": model}
@@ -138,13 +142,8 @@ class UpstreamRuntime(Runtime):
                              extensions={"timeout": self._timeout_ext})
 
     async def _send(self, request: httpx.Request) -> httpx.Response:
-        transport = self._transport
-        if transport is None:
-            if self.upstream_url is None:
-                raise UpstreamNotConfigured()
-            raise RuntimeUnavailable("the upstream runtime is not started")
         try:
-            return await transport.handle_async_request(request)
+            return await self._transport.handle_async_request(request)
         except httpx.TimeoutException as exc:
             raise RuntimeUnavailable(f"upstream {self.upstream_url} timed out ({type(exc).__name__})") from None
         except httpx.HTTPError as exc:

@@ -1,0 +1,74 @@
+"""The upstream runtime behaves the same on both HTTP transports (aiohttp's pool and httpx's)."""
+
+from __future__ import annotations
+
+import pytest
+
+from reef_core.builtins.upstream import UpstreamRuntime
+from reef_core.errors import RuntimeCallError, RuntimeUnavailable
+from reef_core.serve import http_transport
+from reef_core.testing import FakeUpstream, ReefServer, parse_sse
+from reef_core.types import InferenceCall
+
+TRANSPORTS = ["httpx"] + (["aiohttp"] if http_transport.available() else [])
+BODY = {"model": "m", "messages": [{"role": "user", "content": "a b c d e f"}]}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_runtime_on_each_transport(transport):
+    with FakeUpstream("openai") as up:
+        rt = UpstreamRuntime(upstream_url=up.url + "/v1", http_transport=transport, timeout_s=0.5, api_key="k")
+        assert rt.http_transport == transport
+        await rt.start()
+        try:
+            out = await rt.complete(InferenceCall("s", "r", BODY))
+            assert out["choices"][0]["message"]["content"] == "echo: a b c d e f"
+            assert up.headers[-1]["authorization"] == "Bearer k"
+            events = [e async for e in rt.stream(InferenceCall("s", "r", {**BODY, "stream": True}))]
+            assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"]) \
+                == "echo: a b c d e f"
+            up.fail(418, "teapot")
+            with pytest.raises(RuntimeCallError) as err:
+                await rt.complete(InferenceCall("s", "r", BODY))
+            assert err.value.status == 418 and "teapot" in str(err.value)
+            up.cut_stream(after_events=3)
+            with pytest.raises(RuntimeCallError):
+                async for _ in rt.stream(InferenceCall("s", "r", {**BODY, "stream": True})):
+                    pass
+            up.hang(times=1)
+            with pytest.raises(RuntimeUnavailable, match="timed out"):
+                await rt.complete(InferenceCall("s", "r", BODY))
+            up.release()
+        finally:
+            await rt.aclose()
+
+
+async def test_runtime_not_configured_is_clear():
+    rt = UpstreamRuntime()
+    assert "upstream_url" in rt.config_problem()
+    await rt.start()
+    with pytest.raises(RuntimeCallError, match="upstream_url") as err:
+        await rt.complete(InferenceCall("s", "r", BODY))
+    assert err.value.status == 503
+
+
+def test_runtime_rejects_bad_options():
+    with pytest.raises(ValueError, match="dialect"):
+        UpstreamRuntime(upstream_url="http://x", dialect="cohere")
+    with pytest.raises(ValueError, match="http"):
+        UpstreamRuntime(upstream_url="ftp://x")
+    with pytest.raises(ValueError, match="http_transport"):
+        UpstreamRuntime(upstream_url="http://x", http_transport="curl")
+
+
+def test_model_override_and_map(tmp_path):
+    with FakeUpstream("anthropic") as up, ReefServer(
+            tmp_path, upstream=up, overrides=["runtime.model=big", "+runtime.model_map={small: tiny}"]) as reef:
+        r = reef.client().post("/v1/messages", json={"model": "small", "max_tokens": 5, "stream": True,
+                                                     "messages": [{"role": "user", "content": "x"}]})
+        assert up.requests[-1]["model"] == "tiny"
+        assert parse_sse(r.text)[-1][1]["type"] == "message_stop"
+        reef.client().post("/v1/messages", json={"model": "other", "max_tokens": 5,
+                                                 "messages": [{"role": "user", "content": "x"}]})
+        assert up.requests[-1]["model"] == "big"
+        assert sorted(m.id for m in reef.openai().models.list().data) == ["big", "small"]
