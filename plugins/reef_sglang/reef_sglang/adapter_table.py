@@ -1,0 +1,106 @@
+"""Which adapter version each scenario serves, and when an old version may be unloaded.
+
+Pure bookkeeping, the same as ``reef_torch.adapter_table`` (kept separate so this
+distribution does not depend on torch): a *version* is one
+release of one scenario, named ``<scenario>@<release_id>`` when it carries a LoRA adapter
+(``None`` means the base model). A request *holds* the version it started on until it
+leaves the batch; activating a new release retires the old version, which is unloaded once
+its last hold is released. Everything happens under one lock, so the switch is atomic:
+a request either got the old version (and keeps it) or the new one.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+BASE = None
+
+
+def version_name(scenario: str, release_id: str) -> str:
+    """The versioned adapter name for a release: ``<scenario>@<release_id>``."""
+    return f"{scenario}@{release_id}"
+
+
+@dataclass
+class Version:
+    scenario: str
+    release_id: str | None
+    adapter: str | None  # versioned adapter name, or None for the base model
+    holds: int = 0
+    retired: bool = False
+
+
+class AdapterTable:
+    """Thread-safe map scenario → serving version, with per-version hold counts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._active: dict[str, Version] = {}
+        self._versions: dict[tuple[str, str | None], Version] = {}
+
+    def acquire(self, scenario: str, release_id: str | None = None) -> Version:
+        """Hold the version a new request of ``scenario`` runs on.
+
+        When ``release_id`` names a version still resident for the scenario (the release the
+        server froze at request start), that one is used so the record and the weights agree;
+        otherwise the scenario's active version, or the base model if none was activated.
+        """
+        with self._lock:
+            version = self._versions.get((scenario, release_id)) if release_id is not None else None
+            if version is None:
+                version = self._active.get(scenario)
+            if version is None:
+                version = self._versions.setdefault((scenario, None), Version(scenario, None, BASE))
+                self._active[scenario] = version
+            version.holds += 1
+            return version
+
+    def release(self, version: Version) -> list[str]:
+        """Drop one hold; return adapter names that are now unused and must be unloaded."""
+        with self._lock:
+            version.holds -= 1
+            return self._collect(version)
+
+    def activate(self, scenario: str, release_id: str, adapter: str | None) -> list[str]:
+        """Make ``(release_id, adapter)`` the scenario's serving version; return adapters to unload."""
+        with self._lock:
+            key = (scenario, release_id)
+            version = self._versions.get(key)
+            if version is None:
+                version = self._versions[key] = Version(scenario, release_id, adapter)
+            version.retired = False
+            old = self._active.get(scenario)
+            self._active[scenario] = version
+            if old is None or old is version:
+                return []
+            old.retired = True
+            return self._collect(old)
+
+    def active(self, scenario: str) -> Version | None:
+        with self._lock:
+            return self._active.get(scenario)
+
+    def is_loaded(self, adapter: str) -> bool:
+        """Whether ``adapter`` is still resident (active somewhere or draining)."""
+        with self._lock:
+            return any(v.adapter == adapter for v in self._versions.values())
+
+    def snapshot(self) -> dict[str, dict]:
+        """Scenario → ``{release_id, adapter}`` served now, plus draining versions' holds."""
+        with self._lock:
+            out: dict[str, dict] = {
+                s: {"release_id": v.release_id, "adapter": v.adapter, "holds": v.holds} for s, v in self._active.items()
+            }
+            out["_draining"] = {
+                v.adapter or f"{v.scenario}@{v.release_id}:base": v.holds for v in self._versions.values() if v.retired
+            }
+            return out
+
+    def _collect(self, version: Version) -> list[str]:
+        if not version.retired or version.holds > 0:
+            return []
+        self._versions.pop((version.scenario, version.release_id), None)
+        if version.adapter is None or any(v.adapter == version.adapter for v in self._versions.values()):
+            return []
+        return [version.adapter]

@@ -1,0 +1,314 @@
+"""``SGLangRuntime``: an SGLang (or vLLM) server as Reef's model runtime (runtime ``sglang``).
+
+Chat requests pass through to the engine's OpenAI-compatible ``/v1/chat/completions``.
+Reef adds what it needs to the forwarded body and takes it out of the answer again, so a
+client sees the engine's normal OpenAI response:
+
+* token capture (``capture_tokens``): ``logprobs: true`` and ``return_token_ids: true``,
+  which both engines understand; the answer's ``prompt_token_ids`` (SGLang: on the choice;
+  vLLM: top level), ``token_ids`` and per-token logprobs fill ``call.extras``;
+* adapter selection: SGLang takes ``"lora_path": "<name>"`` in the body, vLLM takes the
+  adapter name as ``model``.
+
+Adapters are loaded and unloaded by versioned name (``<scenario>@<release_id>``) through the
+engine's admin routes — SGLang ``POST /load_lora_adapter`` / ``/unload_lora_adapter``, vLLM
+``POST /v1/load_lora_adapter`` / ``/v1/unload_lora_adapter`` (the server must run with
+``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``). Reef only *calls* these routes; it never serves
+them on its own port. Put the engine on a private address (or give ``admin_url`` a separate
+private one) so clients cannot load adapters themselves. ``lora_path`` must be a path the
+engine's machine can read (a shared volume when the engine runs elsewhere).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, AsyncIterator
+
+import httpx
+
+from reef_core.errors import RuntimeCallError, RuntimeUnavailable
+from reef_core.runtime import Runtime
+from reef_core.types import ActiveRelease, InferenceCall
+
+from .adapter_table import AdapterTable, Version, version_name
+
+log = logging.getLogger(__name__)
+
+ROUTES = {
+    "sglang": {"load": "/load_lora_adapter", "unload": "/unload_lora_adapter"},
+    "vllm": {"load": "/v1/load_lora_adapter", "unload": "/v1/unload_lora_adapter"},
+}
+_ADDED = ("token_ids", "prompt_token_ids", "meta_info")
+
+
+class SGLangRuntime(Runtime):
+    """Serve through an SGLang or vLLM server; hot-swap per-scenario LoRA adapters on it.
+
+    Options (``runtime=sglang``):
+        base_url: the engine's address, e.g. ``http://10.0.0.5:30000`` (no ``/v1``).
+        flavor: ``sglang`` or ``vllm`` — which wire protocol the engine speaks.
+        model: the served base model id; empty: the first id from ``GET /v1/models``.
+        api_key: sent as ``Authorization: Bearer`` when the engine requires one.
+        admin_url / admin_api_key: where the adapter routes live when not at ``base_url``.
+        timeout_s / connect_timeout_s: per-request limits.
+        capture_tokens: ask for token ids and logprobs and record them in ``call.extras``.
+        max_connections: connection-pool size.
+
+    ``call.extras``: ``prompt_token_ids`` and ``response_token_ids`` (when the engine returns
+    them), ``logprobs`` (one per response token, from the engine's sampling), ``adapter``
+    (``<scenario>@<release_id>`` or None for the base).
+    """
+
+    dialect = "openai"
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:30000",
+        flavor: str = "sglang",
+        model: str | None = None,
+        api_key: str | None = None,
+        admin_url: str | None = None,
+        admin_api_key: str | None = None,
+        timeout_s: float = 600.0,
+        connect_timeout_s: float = 10.0,
+        capture_tokens: bool = True,
+        max_connections: int = 100,
+    ):
+        if flavor not in ROUTES:
+            raise ValueError(f"runtime.flavor must be one of {sorted(ROUTES)}, not {flavor!r}.")
+        self.base_url = base_url.rstrip("/")
+        self.flavor = flavor
+        self.model = model
+        self.api_key = api_key
+        self.admin_url = (admin_url or base_url).rstrip("/")
+        self.admin_api_key = admin_api_key if admin_api_key is not None else api_key
+        self.timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
+        self.capture_tokens = capture_tokens
+        self.max_connections = max_connections
+        self.adapters = AdapterTable()
+        self._client: httpx.AsyncClient | None = None
+        self._activate_lock = asyncio.Lock()
+        self._background: set[asyncio.Task] = set()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                timeout=self.timeout, limits=httpx.Limits(max_connections=self.max_connections)
+            )
+        if self.model is None:
+            data = await self._request("GET", f"{self.base_url}/v1/models", headers=self._headers(self.api_key))
+            ids = [m.get("id") for m in data.get("data", []) if isinstance(m, dict)]
+            if not ids:
+                raise RuntimeUnavailable(f"{self.base_url}/v1/models lists no model; set runtime.model.")
+            self.model = ids[0]
+
+    async def aclose(self) -> None:
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def models(self) -> list[str]:
+        return [self.model] if self.model else []
+
+    def serving(self) -> dict[str, dict]:
+        return self.adapters.snapshot()
+
+    # ------------------------------------------------------------------ adapters
+
+    async def activate(self, release: ActiveRelease) -> None:
+        await self.start()
+        adapter_dir = release.adapter_dir
+        name = version_name(release.scenario, release.release_id) if adapter_dir is not None else None
+        async with self._activate_lock:
+            if name is not None and not self.adapters.is_loaded(name):
+                await self._admin("load", {"lora_name": name, "lora_path": str(adapter_dir)})
+                log.info("loaded adapter %s on %s", name, self.admin_url)
+            stale = self.adapters.activate(release.scenario, release.release_id, name)
+        for old in stale:
+            await self._unload(old)
+
+    async def _unload(self, name: str) -> None:
+        try:
+            await self._admin("unload", {"lora_name": name})
+            log.info("unloaded adapter %s", name)
+        except RuntimeCallError as exc:  # the engine may have dropped it already (restart)
+            log.warning("could not unload adapter %s: %s", name, exc)
+
+    async def _admin(self, action: str, payload: dict[str, Any]) -> Any:
+        url = self.admin_url + ROUTES[self.flavor][action]
+        try:
+            return await self._request("POST", url, json=payload, headers=self._headers(self.admin_api_key))
+        except RuntimeCallError as exc:
+            raise RuntimeCallError(
+                f"The {self.flavor} engine refused to {action} adapter {payload['lora_name']!r}: {exc}. "
+                + ("Check that the engine runs with LoRA enabled (SGLang: --enable-lora and --max-lora-rank; "
+                   "vLLM: --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True) and can read the path."
+                   if action == "load" else ""),
+                status=exc.status,
+                body=exc.body,
+            ) from exc
+
+    def _release(self, version: Version) -> None:
+        for name in self.adapters.release(version):
+            task = asyncio.get_running_loop().create_task(self._unload(name))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    # ------------------------------------------------------------------ inference
+
+    def _prepare(self, call: InferenceCall) -> tuple[dict[str, Any], Version, dict[str, bool]]:
+        body = dict(call.body)
+        asked = {"logprobs": bool(body.get("logprobs")), "token_ids": bool(body.get("return_token_ids"))}
+        if "lora_path" in body:  # a client must not pick another scenario's adapter
+            raise RuntimeCallError(
+                "Adapters are chosen by Reef per scenario; leave lora_path out of the request.",
+                status=400,
+                body={"error": {"message": "lora_path is managed by Reef; leave it out of the request.",
+                                "type": "invalid_request_error", "param": "lora_path", "code": None}},
+            )
+        release_id = call.release.release_id if call.release is not None and call.release.scenario == call.scenario else None
+        version = self.adapters.acquire(call.scenario, release_id)
+        body["model"] = self.model
+        if version.adapter is not None:
+            if self.flavor == "sglang":
+                body["lora_path"] = version.adapter
+            else:
+                body["model"] = version.adapter
+        if self.capture_tokens:
+            body["logprobs"] = True
+            body["return_token_ids"] = True
+        call.extras["adapter"] = version.adapter
+        return body, version, asked
+
+    def _clean(self, data: dict[str, Any], asked: dict[str, bool]) -> dict[str, Any]:
+        """The answer as the client would have had it without Reef's additions."""
+        if "model" in data:
+            data["model"] = self.model
+        if not asked["token_ids"]:
+            data.pop("prompt_token_ids", None)
+        for choice in data.get("choices") or []:
+            if not asked["token_ids"]:
+                for key in _ADDED:
+                    choice.pop(key, None)
+            if not asked["logprobs"] and "logprobs" in choice:
+                choice["logprobs"] = None
+        return data
+
+    async def complete(self, call: InferenceCall) -> dict[str, Any]:
+        await self.start()
+        body, version, asked = self._prepare(call)
+        body["stream"] = False
+        try:
+            data = await self._request("POST", f"{self.base_url}/v1/chat/completions", json=body,
+                                       headers=self._headers(self.api_key))
+        finally:
+            self._release(version)
+        _fill_extras(call.extras, data)
+        return self._clean(data, asked)
+
+    def stream(self, call: InferenceCall) -> AsyncIterator[dict[str, Any]]:
+        return self._stream(call)
+
+    async def _stream(self, call: InferenceCall) -> AsyncIterator[dict[str, Any]]:
+        await self.start()
+        body, version, asked = self._prepare(call)
+        body["stream"] = True
+        logprobs: list[float] = []
+        tokens: list[int] = []
+        try:
+            async with self._client.stream("POST", f"{self.base_url}/v1/chat/completions", json=body,
+                                           headers=self._headers(self.api_key)) as resp:
+                if resp.status_code >= 400:
+                    await resp.aread()
+                    raise _error_from(resp)
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == "[DONE]":
+                        break
+                    event = json.loads(payload)
+                    if "prompt_token_ids" in event:
+                        call.extras["prompt_token_ids"] = event["prompt_token_ids"]
+                    for choice in event.get("choices") or []:
+                        if "prompt_token_ids" in choice:
+                            call.extras["prompt_token_ids"] = choice["prompt_token_ids"]
+                        tokens.extend(choice.get("token_ids") or [])
+                        logprobs.extend(_choice_logprobs(choice))
+                    yield self._clean(event, asked)
+        except httpx.TransportError as exc:
+            raise RuntimeUnavailable(f"Lost the {self.flavor} engine at {self.base_url} mid-stream: {exc}") from exc
+        finally:
+            self._release(version)
+        if tokens:
+            call.extras["response_token_ids"] = tokens
+        if logprobs:
+            call.extras["logprobs"] = logprobs
+
+    # ------------------------------------------------------------------ http
+
+    def _headers(self, key: str | None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    async def _request(self, method: str, url: str, **kwargs: Any) -> Any:
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=self.timeout, limits=httpx.Limits(max_connections=self.max_connections))
+        try:
+            resp = await self._client.request(method, url, **kwargs)
+        except httpx.TransportError as exc:
+            raise RuntimeUnavailable(
+                f"Cannot reach the {self.flavor} engine at {url}: {exc}. Check runtime.base_url and that the engine is up."
+            ) from exc
+        if resp.status_code >= 400:
+            raise _error_from(resp)
+        if not resp.content:
+            return {}
+        try:
+            return resp.json()
+        except ValueError:
+            return {"text": resp.text}
+
+
+def _error_from(resp: httpx.Response) -> RuntimeCallError:
+    try:
+        body = resp.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        message = body["error"].get("message") or resp.text
+    elif isinstance(body, dict) and "message" in body:  # SGLang's ErrorResponse / plain admin errors
+        message = str(body["message"])
+        body = {"error": {"message": message, "type": body.get("type", "invalid_request_error"), "param": body.get("param"), "code": body.get("code")}}
+    else:
+        message = resp.text or resp.reason_phrase
+        body = {"error": {"message": message, "type": "upstream_error", "param": None, "code": None}}
+    return RuntimeCallError(f"engine answered {resp.status_code}: {message}", status=resp.status_code, body=body)
+
+
+def _choice_logprobs(choice: dict[str, Any]) -> list[float]:
+    lp = choice.get("logprobs")
+    if isinstance(lp, dict):
+        if isinstance(lp.get("content"), list):
+            return [float(e["logprob"]) for e in lp["content"] if isinstance(e, dict) and "logprob" in e]
+        if isinstance(lp.get("token_logprobs"), list):
+            return [float(x) for x in lp["token_logprobs"] if x is not None]
+    return []
+
+
+def _fill_extras(extras: dict[str, Any], data: dict[str, Any]) -> None:
+    choices = data.get("choices") or []
+    choice = choices[0] if choices else {}
+    prompt = data.get("prompt_token_ids") or choice.get("prompt_token_ids")
+    if prompt is not None:
+        extras["prompt_token_ids"] = prompt
+    if choice.get("token_ids") is not None:
+        extras["response_token_ids"] = choice["token_ids"]
+    logprobs = _choice_logprobs(choice)
+    if logprobs:
+        extras["logprobs"] = logprobs
