@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+BENCH_KEY = "sk-reef-bench-" + os.urandom(8).hex()
+
 # ---------------------------------------------------------------------------- the stub upstream
 
 _WORDS = [f"w{i} " for i in range(8)]
@@ -251,8 +253,8 @@ def start_targets(tmp: Path, with_litellm: bool) -> tuple[list[Target], list[sub
     targets = [Target("direct", stub_port, "/v1/chat/completions", stub)]
 
     reef_port = free_port()
-    reef_env = {**env, "REEF_PLUGINS": ""}
-    reef_env.pop("REEF_TOKEN", None)
+    # Both proxies check a bearer token on every request, as they would in production.
+    reef_env = {**env, "REEF_PLUGINS": "", "REEF_TOKEN": BENCH_KEY}
     reef = subprocess.Popen([sys.executable, "-c", "from reef_core.cli import main; main()", "serve",
                              f"server.port={reef_port}", f"server.state_dir={tmp / 'reef'}",
                              f"runtime.upstream_url=http://127.0.0.1:{stub_port}", "server.log_level=warning"],
@@ -260,7 +262,8 @@ def start_targets(tmp: Path, with_litellm: bool) -> tuple[list[Target], list[sub
     procs.append(reef)
     if not wait_http(reef_port, "/readyz", reef):
         raise SystemExit("reef serve did not start")
-    targets.append(Target("reef", reef_port, "/v1/chat/completions", reef))
+    auth = b"authorization: Bearer " + BENCH_KEY.encode() + b"\r\n"
+    targets.append(Target("reef", reef_port, "/v1/chat/completions", reef, auth))
 
     if with_litellm:
         exe = shutil.which("litellm") or str(Path(sys.executable).parent / "litellm")
@@ -274,15 +277,14 @@ def start_targets(tmp: Path, with_litellm: bool) -> tuple[list[Target], list[sub
                 "litellm_settings:\n  telemetry: false\n  drop_params: true\n")
             lport = free_port()
             lenv = {**env, "LITELLM_LOG": "ERROR", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-                    "DISABLE_SCHEMA_UPDATE": "true"}
-            for k in ("DATABASE_URL", "LITELLM_MASTER_KEY"):
-                lenv.pop(k, None)
+                    "DISABLE_SCHEMA_UPDATE": "true", "LITELLM_MASTER_KEY": BENCH_KEY}
+            lenv.pop("DATABASE_URL", None)
             lite = subprocess.Popen([exe, "--config", str(cfg), "--port", str(lport), "--host", "127.0.0.1",
                                      "--num_workers", "1"], env=lenv, stdout=subprocess.DEVNULL,
                                     stderr=open(tmp / "litellm.log", "w"))
             procs.append(lite)
             if wait_http(lport, "/health/liveliness", lite, timeout=180):
-                targets.append(Target("litellm", lport, "/v1/chat/completions", lite))
+                targets.append(Target("litellm", lport, "/v1/chat/completions", lite, auth))
             else:
                 print(f"LiteLLM proxy: did not start (see {tmp / 'litellm.log'}); continuing without it")
     return targets, procs
