@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import warnings
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -34,6 +35,9 @@ from .openai_format import (
 )
 
 log = logging.getLogger(__name__)
+# peft warns whenever the adapter it considers "active" is deleted; the engine picks the
+# adapter per forward, so that notion (and the warning) means nothing here.
+warnings.filterwarnings("ignore", message=r"Adapter .* was active which is now deleted")
 
 _END = object()
 
