@@ -17,6 +17,7 @@ when the rows' adapters differ).
 
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
 import threading
@@ -89,7 +90,9 @@ class GenerationEngine:
 
     def __init__(self, model: Any, tokenizer: Any, *, max_batch_size: int = 8, batch_window_ms: float = 8.0):
         self.model = model
-        self.tokenizer = tokenizer
+        # A private copy for incremental detokenizing on the worker thread: the Rust
+        # tokenizer behind a fast tokenizer must not be borrowed from two threads at once.
+        self.tokenizer = copy.deepcopy(tokenizer)
         self.max_batch_size = max(1, int(max_batch_size))
         self.batch_window_s = max(0.0, float(batch_window_ms)) / 1000.0
         self.device = next(model.parameters()).device

@@ -105,7 +105,7 @@ def parse_chat_request(body: dict[str, Any]) -> ChatParams:
         messages=normalized,
         max_tokens=max_tokens,
         temperature=_number(body, "temperature", 0.0, 2.0, 1.0),
-        top_p=_number(body, "top_p", 0.0, 1.0, 1.0) or 1.0,
+        top_p=_number(body, "top_p", 0.0, 1.0, 1.0),  # 0 keeps only the most likely token
         stop=stops,
         seed=seed,
         stream=stream,

@@ -139,6 +139,24 @@ class LocalRuntime(Runtime):
         self._require_started()
         return self.loaded.tokenizer
 
+    @property
+    def eos_token_ids(self) -> list[int]:
+        """Token ids that end a completion (for ``reef_torch.training.rollout``)."""
+        self._require_started()
+        return sorted(self.engine.eos_ids)
+
+    def training_policy(self, adapter_dir: str | Path | None = None, **lora: Any):
+        """A trainable copy of the served base (with ``adapter_dir``'s LoRA, or a fresh one).
+
+        Training never touches the serving model: see ``reef_torch.training`` for why.
+        ``lora`` goes to ``reef_torch.training.load_policy`` (``r``, ``alpha``, ``seed`` …).
+        """
+        from .training import load_policy
+
+        self._require_started()
+        lora.setdefault("device", self.loaded.device)
+        return load_policy(self.model_dir, adapter_dir, **lora)
+
     def _require_started(self) -> None:
         if self.engine is None:
             raise RuntimeUnavailable("The local runtime is not started; call `await runtime.start()` first.")

@@ -61,10 +61,11 @@ async def test_recompute_matches_recorded_sampling_logprobs(tiny_model_dir, toke
 
         outs = await asyncio.gather(*(record(rt, "s", p, temperature=t, seed=s) for p in PROMPTS for s in seeds))
         recorded[t] = outs
+    policy = rt.training_policy(adapter)  # a separate training copy of the served base
+    assert rt.eos_token_ids == [tokenizer.eos_token_id]
     await rt.aclose()
     assert all(e["adapter"] == ("s@r1" if adapter else None) for outs in recorded.values() for _, e in outs)
 
-    policy = load_policy(tiny_model_dir, adapter)  # a separate training copy
     for t, outs in recorded.items():
         samples = [s for s, _ in outs]
         recomputed = response_logprobs(policy, samples, tokenizer.pad_token_id, temperature=t)
