@@ -178,10 +178,14 @@ class UpstreamRuntime(Runtime):
                 message, body = _error_message(resp.status_code, content)
                 raise RuntimeCallError(message, status=resp.status_code, body=body)
             terminal = False
+            # After the terminal event the rest of the body is still read to its end (it is
+            # already buffered), so the pooled connection is kept alive instead of closed.
             async for data in _sse_data(resp):
+                if terminal:
+                    continue
                 if data == b"[DONE]":
                     terminal = True
-                    break
+                    continue
                 try:
                     event = jsonfast.loads(data)
                 except ValueError:
@@ -194,10 +198,9 @@ class UpstreamRuntime(Runtime):
                     err = event.get("error")
                     msg = err.get("message") if isinstance(err, dict) else err
                     raise RuntimeCallError(f"upstream stream error: {msg}", status=502, body=event)
-                yield event
                 if event.get("type") == "message_stop":
                     terminal = True
-                    break
+                yield event
             if not terminal:
                 raise RuntimeCallError("upstream stream ended before its final event", status=502)
         except httpx.TimeoutException as exc:
