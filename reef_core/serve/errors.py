@@ -121,8 +121,17 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     return (f"{where}: {msg}" if where else msg), (where or None)
 
 
+def _count(request: Request, status: int) -> None:
+    serve = getattr(request.app.state, "serve", None)
+    if serve is not None:
+        serve.metrics.http_errors.labels(str(status)).inc()
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    """Map every error to a JSON body in the route's shape; never leak a stack trace."""
+    """Map every error to a JSON body in the route's shape; never leak a stack trace.
+
+    Every error answer produced here is counted in ``reef_http_errors_total{status}``.
+    """
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -131,20 +140,24 @@ def install_error_handlers(app: FastAPI) -> None:
             message = f"no route {request.method} {request.url.path}"
         elif exc.status_code == 405:
             message = f"method {request.method} is not allowed on {request.url.path}"
+        _count(request, exc.status_code)
         return error_response(dialect_of(request), exc.status_code, message, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> Response:
         message, param = _validation_message(exc)
         status = 400 if any(e.get("type") == "json_invalid" for e in exc.errors()) else 422
+        _count(request, status)
         return error_response(dialect_of(request), status, message, param=param)
 
     @app.exception_handler(ClientError)
     async def client_error(request: Request, exc: ClientError) -> Response:
+        _count(request, exc.status)
         return error_response(dialect_of(request), exc.status, str(exc), param=exc.param)
 
     @app.exception_handler(BodyTooLarge)
     async def too_large(request: Request, exc: BodyTooLarge) -> Response:
+        _count(request, 413)
         return error_response(dialect_of(request), 413, str(exc))
 
     @app.exception_handler(ReefError)
@@ -160,10 +173,12 @@ def install_error_handlers(app: FastAPI) -> None:
         else:
             log.error("unhandled Reef error on %s %s: %s", request.method, request.url.path, exc)
             status = 500
+        _count(request, status)
         return error_response(dialect_of(request), status, str(exc))
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> Response:
         log.exception("internal error on %s %s", request.method, request.url.path)
+        _count(request, 500)
         return error_response(dialect_of(request), 500,
                               "internal server error; the server log has the details")

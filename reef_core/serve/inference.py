@@ -201,7 +201,14 @@ async def _relay(state: ServeState, ex: Exchange, call: InferenceCall, events: A
             return
         record = ex.record(call, state.runtime_name, status="ok", response=assembler.result())
         recorded = True
-        await state.writer.write(record)
+        try:
+            await state.writer.write(record)
+        except Exception as exc:  # no durable record, so no receipt marker: the client is told
+            log.error("could not store record %s: %s", ex.record_id, exc)
+            state.metrics.record_failures.inc()
+            yield _sse(dialect, error_body(dialect, 500, "the answer could not be recorded durably; "
+                                                         "retry the request", error_type="api_error"))
+            return
         marker = {"agent_record_id": ex.record_id, "release_id": ex.release_id}
         if dialect == "openai":
             base = assembler.base

@@ -118,3 +118,22 @@ def test_upstream_timeout_is_502_and_server_keeps_serving(tmp_path):
         assert r.status_code == 502 and "timed out" in r.json()["error"]["message"]
         assert reef.store.get_record(r.headers["x-reef-agent-record-id"]).status == "error"
         assert reef.client().post("/v1/chat/completions", json=CHAT).status_code == 200
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_store_failure_withholds_the_answer(tmp_path, streamed):
+    """No durable record, no receipt: the client gets an error instead of an unrecorded answer."""
+    with FakeUpstream("openai") as up, ReefServer(tmp_path, upstream=up) as reef:
+        def broken(records):
+            raise RuntimeError("disk full")
+
+        reef.store.add_records = broken
+        r = reef.client().post("/v1/chat/completions", json={**CHAT, "stream": streamed})
+        if streamed:
+            events = parse_sse(r.text)
+            assert "error" in events[-1][1] and "recorded durably" in events[-1][1]["error"]["message"]
+            assert not any(isinstance(d, dict) and "reef" in d for _, d in events)
+        else:
+            assert r.status_code == 500 and "recorded durably" in r.json()["error"]["message"]
+        text = reef.client().get("/metrics").text
+        assert "reef_record_write_failures_total 1.0" in text

@@ -117,3 +117,10 @@ def test_openapi_describes_every_route(reef):
         "schema"]["required"]
     assert "references" in paths["/reef/report"]["post"]["requestBody"]["content"]["application/json"]["schema"][
         "properties"]
+
+
+def test_error_answers_are_counted(reef):
+    reef.client().post(CHAT, content=b"{", headers={"content-type": "application/json"})
+    reef.client().get("/nope")
+    text = reef.client().get("/metrics").text
+    assert 'reef_http_errors_total{status="400"}' in text and 'reef_http_errors_total{status="404"}' in text
