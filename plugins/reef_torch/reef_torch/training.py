@@ -434,7 +434,7 @@ class PolicyTrainer:
             ref = reference_logprobs(self.model, batch, self.temperature)
             kl = kl_penalty(logp, ref, mask)
             loss = loss + self.kl_coef * kl
-            metrics["kl"] = float(kl)
+            metrics["kl"] = kl.item()
         metrics["loss"] = loss.item()
         metrics["grad_norm"] = optimizer_step(self.model, self.optimizer, loss, self.max_grad_norm)
         self.steps += 1
