@@ -258,8 +258,7 @@ async def get_record(record_id: str, request: Request,
     state: ServeState = request.app.state.serve
     store = state.reef.store
     row = await run_in_threadpool(store.get_record, record_id)
-    if row is None or not principal.allows(row.scenario):
-        if row is not None:
-            check_scenario(principal, row.scenario)
+    if row is None:
         raise NotFoundError(f"no record with receipt {record_id!r}")
+    check_scenario(principal, row.scenario)
     return (await run_in_threadpool(_with_reports, store, [row]))[0]
