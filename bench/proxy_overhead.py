@@ -241,7 +241,7 @@ class Target:
     headers: bytes = b""
 
 
-def start_targets(tmp: Path, with_litellm: bool) -> tuple[list[Target], list[subprocess.Popen]]:
+def start_targets(tmp: Path, with_litellm: bool, reef_state: Path | None = None) -> tuple[list[Target], list[subprocess.Popen]]:
     procs = []
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
@@ -256,7 +256,7 @@ def start_targets(tmp: Path, with_litellm: bool) -> tuple[list[Target], list[sub
     # Both proxies check a bearer token on every request, as they would in production.
     reef_env = {**env, "REEF_PLUGINS": "", "REEF_TOKEN": BENCH_KEY}
     reef = subprocess.Popen([sys.executable, "-c", "from reef_core.cli import main; main()", "serve",
-                             f"server.port={reef_port}", f"server.state_dir={tmp / 'reef'}",
+                             f"server.port={reef_port}", f"server.state_dir={reef_state or tmp / 'reef'}",
                              f"runtime.upstream_url=http://127.0.0.1:{stub_port}", "server.log_level=warning"],
                             env=reef_env)
     procs.append(reef)
@@ -350,17 +350,21 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved windows per target and scenario")
     ap.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM proxy")
     ap.add_argument("--concurrency", default="1,32")
+    ap.add_argument("--modes", default="plain,stream", help="plain, stream or both (comma-separated)")
+    ap.add_argument("--reef-state-dir", type=Path, help="Reef's state dir (e.g. on tmpfs, to see what "
+                                                         "fsync costs); a fresh temporary one by default")
     ap.add_argument("--stub", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.stub:
         run_stub(args.stub)
         return
     tmp = Path(tempfile.mkdtemp(prefix="reef-bench-"))
-    targets, procs = start_targets(tmp, not args.no_litellm)
+    targets, procs = start_targets(tmp, not args.no_litellm, args.reef_state_dir)
     print(f"targets: {', '.join(t.name for t in targets)}; {os.cpu_count()} CPUs; "
           f"{args.rounds} rounds x {args.seconds}s per target and scenario")
     try:
-        for stream in (False, True):
+        modes = [m.strip() for m in args.modes.split(",")]
+        for stream in [s for s, name in ((False, "plain"), (True, "stream")) if name in modes]:
             for c in (int(x) for x in args.concurrency.split(",")):
                 res = asyncio.run(scenario(targets, stream, c, args.seconds, args.rounds))
                 print("\n".join(summarize(res, stream, c)), flush=True)
