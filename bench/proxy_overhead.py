@@ -23,7 +23,6 @@ import os
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -125,7 +124,7 @@ class Conn:
         if b"transfer-encoding: chunked" in lower:
             while True:
                 size = int((await self.reader.readuntil(b"\r\n")).strip(), 16)
-                data = await self.reader.readexactly(size + 2)
+                await self.reader.readexactly(size + 2)
                 if first is None:
                     first = time.perf_counter() - t0
                 if size == 0:
