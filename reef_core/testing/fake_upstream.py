@@ -188,7 +188,12 @@ class FakeUpstream:
         failure = self._take(("fail",))
         if failure is not None:
             return self._error(failure.status, failure.message)
-        reply = self.responder(body)
+        if not isinstance(body, dict):
+            return self._error(400, "fake upstream: the body must be a JSON object")
+        try:
+            reply = self.responder(body)
+        except Exception as exc:  # a responder bug must be visible, not a bare 500
+            return self._error(500, f"fake upstream responder failed: {type(exc).__name__}: {exc}")
         if isinstance(reply, str):
             reply = Reply(text=reply)
         reply.input_tokens = reply.input_tokens if reply.input_tokens is not None else prompt_tokens(body)

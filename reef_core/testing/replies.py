@@ -55,17 +55,23 @@ def _text(content: Any) -> str:
     return ""
 
 
+# The helpers below accept any JSON (tests send malformed bodies on purpose): what is not
+# shaped as expected is skipped, never an exception inside the fake upstream.
+
+
 def system_prompt(body: dict[str, Any]) -> str:
     """The system prompt of an OpenAI (system/developer messages) or Anthropic (``system``) body."""
     if "system" in body:
         return _text(body["system"])
-    return "\n\n".join(_text(m.get("content")) for m in body.get("messages") or []
+    messages = body.get("messages")
+    return "\n\n".join(_text(m.get("content")) for m in (messages if isinstance(messages, list) else [])
                        if isinstance(m, dict) and m.get("role") in ("system", "developer"))
 
 
 def last_user_text(body: dict[str, Any]) -> str:
     """Text of the last user message that has text (tool results are not user text)."""
-    for m in reversed(body.get("messages") or []):
+    messages = body.get("messages")
+    for m in reversed(messages if isinstance(messages, list) else []):
         if isinstance(m, dict) and m.get("role") == "user":
             text = _text(m.get("content"))
             if text:
@@ -76,7 +82,8 @@ def last_user_text(body: dict[str, Any]) -> str:
 def tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
     """Tool results in the body as ``{"id", "content"}``, from either dialect."""
     out = []
-    for m in body.get("messages") or []:
+    messages = body.get("messages")
+    for m in messages if isinstance(messages, list) else []:
         if not isinstance(m, dict):
             continue
         if m.get("role") == "tool":
@@ -91,9 +98,14 @@ def tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
 def tool_names(body: dict[str, Any]) -> list[str]:
     """Names of the tools the request offers, from either dialect."""
     names = []
-    for t in body.get("tools") or []:
-        fn = t.get("function") if isinstance(t, dict) else None
-        names.append((fn or t).get("name", ""))
+    tools = body.get("tools")
+    for t in tools if isinstance(tools, list) else []:
+        if not isinstance(t, dict):
+            continue
+        fn = t.get("function")
+        source = fn if isinstance(fn, dict) else t
+        if isinstance(source.get("name"), str):
+            names.append(source["name"])
     return names
 
 
@@ -104,7 +116,8 @@ def echo(body: dict[str, Any]) -> Reply:
 
 def prompt_tokens(body: dict[str, Any]) -> int:
     words = len(system_prompt(body).split())
-    for m in body.get("messages") or []:
+    messages = body.get("messages")
+    for m in messages if isinstance(messages, list) else []:
         if isinstance(m, dict):
             words += len(_text(m.get("content")).split())
     return max(words, 1)

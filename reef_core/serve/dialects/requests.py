@@ -16,11 +16,18 @@ def translate_request(body: dict[str, Any], source: str, target: str, *,
     """``body`` (in ``source`` dialect) as a ``target`` dialect request body."""
     if source == target:
         return body
-    if source == "openai" and target == "anthropic":
-        return openai_to_anthropic(body, default_max_tokens=default_max_tokens)
-    if source == "anthropic" and target == "openai":
+    if (source, target) not in (("openai", "anthropic"), ("anthropic", "openai")):
+        raise ValueError(f"cannot translate requests from {source!r} to {target!r}")
+    try:
+        if source == "openai":
+            return openai_to_anthropic(body, default_max_tokens=default_max_tokens)
         return anthropic_to_openai(body)
-    raise ValueError(f"cannot translate requests from {source!r} to {target!r}")
+    except (AttributeError, TypeError, KeyError, IndexError) as exc:
+        # A field of the wrong shape somewhere deep (e.g. tool_calls that is a string): the
+        # client's mistake, answered as a 400 rather than crashing the translation.
+        raise ClientError(f"the request body does not have the {source} shape Reef can translate "
+                          f"for a {target} upstream ({type(exc).__name__}: {exc}); check messages, "
+                          f"tools and tool_choice") from None
 
 
 # ---------------------------------------------------------------------------- helpers

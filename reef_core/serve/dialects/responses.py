@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ...errors import RuntimeCallError
 from .requests import _dump_arguments, _parse_arguments
 
 #: Anthropic stop_reason -> OpenAI finish_reason
@@ -30,11 +31,15 @@ def translate_response(body: dict[str, Any], source: str, target: str) -> dict[s
     """A ``source`` dialect response body as the ``target`` dialect's."""
     if source == target:
         return body
-    if source == "anthropic" and target == "openai":
-        return anthropic_to_openai_response(body)
-    if source == "openai" and target == "anthropic":
+    if (source, target) not in (("openai", "anthropic"), ("anthropic", "openai")):
+        raise ValueError(f"cannot translate responses from {source!r} to {target!r}")
+    try:
+        if source == "anthropic":
+            return anthropic_to_openai_response(body)
         return openai_to_anthropic_response(body)
-    raise ValueError(f"cannot translate responses from {source!r} to {target!r}")
+    except (AttributeError, TypeError, KeyError, IndexError) as exc:
+        raise RuntimeCallError(f"the upstream answered a body that is not a {source} response "
+                               f"({type(exc).__name__}: {exc})", status=502) from None
 
 
 def openai_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
