@@ -25,7 +25,7 @@ def word_adapters(tiny_model_dir, tmp_path_factory):
 
 @pytest.fixture
 async def runtime(tiny_model_dir):
-    rt = LocalRuntime(model=str(tiny_model_dir), max_new_tokens_default=12, batch_window_ms=5)
+    rt = LocalRuntime(model=str(tiny_model_dir), device="cpu", max_new_tokens_default=12, batch_window_ms=5)
     await rt.start()
     yield rt
     await rt.aclose()

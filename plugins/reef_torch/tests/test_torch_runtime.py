@@ -20,7 +20,7 @@ def call(text: str, scenario: str = "s", **body) -> InferenceCall:
 
 @pytest.fixture
 async def runtime(tiny_model_dir):
-    rt = LocalRuntime(model=str(tiny_model_dir), max_new_tokens_default=16, max_batch_size=8, batch_window_ms=20)
+    rt = LocalRuntime(model=str(tiny_model_dir), device="cpu", max_new_tokens_default=16, max_batch_size=8, batch_window_ms=20)
     await rt.start()
     yield rt
     await rt.aclose()

@@ -12,7 +12,7 @@ serve_testing = pytest.importorskip("reef_core.testing")
 
 @pytest.fixture(scope="module")
 def reef(tiny_model_dir, tmp_path_factory):
-    overrides = ["runtime=local", f"runtime.model={tiny_model_dir}", "runtime.max_new_tokens_default=8"]
+    overrides = ["runtime=local", f"runtime.model={tiny_model_dir}", "runtime.max_new_tokens_default=8", "runtime.device=cpu"]
     with serve_testing.ReefServer(tmp_path_factory.mktemp("reef-local"), overrides) as server:
         yield server
 

@@ -76,7 +76,7 @@ async def test_real_smollm2_banana_adapter_swap_and_logprob_recompute(smollm2_di
     trainer.fit(lambda i: [Sample(ids(q), target, advantage=1.0) for q in questions], 12, progress=False)
     adapter = trainer.save(tmp_path / "artifact")
 
-    rt = LocalRuntime()
+    rt = LocalRuntime(device="cpu")  # the logprob comparison below is in fp32 on the CPU
     await rt.start()
     try:
         async def ask(q, **body):

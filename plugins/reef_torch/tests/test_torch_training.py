@@ -50,7 +50,7 @@ async def record(rt, scenario, text, **body):
 @pytest.mark.parametrize("with_adapter", [False, True])
 async def test_recompute_matches_recorded_sampling_logprobs(tiny_model_dir, tokenizer, tmp_path, with_adapter):
     adapter = train_word_adapter(tiny_model_dir, tmp_path / "art", "mango", PROMPTS[:2], steps=15) if with_adapter else None
-    rt = LocalRuntime(model=str(tiny_model_dir))
+    rt = LocalRuntime(model=str(tiny_model_dir), device="cpu")
     await rt.start()
     if adapter is not None:
         await rt.activate(release("s", "r1", tmp_path, adapter))

@@ -1,0 +1,76 @@
+"""The GGUF conversion cache is written atomically: a crash leaves no half directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import transformers
+
+from reef_torch import model_loading
+from reef_torch.model_loading import MARKER, ModelLoadError, convert_gguf, resolve_dtype, resolve_model_dir
+
+
+class FakeModel:
+    def __init__(self, crash: bool):
+        self.crash = crash
+        self.hf_quantizer = object()
+        self.config = SimpleNamespace(quantization_config={"quant_method": "gguf"})
+
+    def save_pretrained(self, path, **kwargs):
+        assert self.hf_quantizer is None and not hasattr(self.config, "quantization_config")
+        Path(path).mkdir(parents=True, exist_ok=True)
+        (Path(path) / "model.safetensors").write_bytes(b"half")
+        if self.crash:
+            raise OSError("disk full")
+
+
+class FakeTokenizer:
+    def save_pretrained(self, path, **kwargs):
+        (Path(path) / "tokenizer.json").write_text("{}")
+
+
+@pytest.fixture
+def fake_loaders(monkeypatch):
+    state = {"crash": True}
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: FakeTokenizer())
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: FakeModel(state["crash"]))
+    return state
+
+
+def test_crash_mid_conversion_leaves_no_cache_then_retry_completes(tmp_path, fake_loaders):
+    gguf = tmp_path / "src" / "Model.Q4.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"gguf")
+    target = tmp_path / "cache" / "model"
+    with pytest.raises(OSError, match="disk full"):
+        convert_gguf(gguf, target)
+    assert not target.exists()
+    assert list((tmp_path / "cache").iterdir()) == []  # the temporary directory is gone too
+
+    fake_loaders["crash"] = False
+    assert convert_gguf(gguf, target) == target
+    assert (target / MARKER).is_file() and (target / "tokenizer.json").is_file()
+    fake_loaders["crash"] = True  # a complete cache is reused, never converted again
+    assert convert_gguf(gguf, target) == target
+
+
+def test_embedded_model_uses_the_env_cache_dir(tmp_path, monkeypatch, fake_loaders):
+    gguf = tmp_path / "pkg" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"1234")
+    fake_loaders["crash"] = False
+    monkeypatch.setattr(model_loading, "embedded_gguf", lambda: gguf)
+    monkeypatch.setenv("REEF_MODEL_CACHE", str(tmp_path / "envcache"))
+    path, model_id = resolve_model_dir(None)
+    assert path == tmp_path / "envcache" / "smollm2-135m-instruct.q4_1-4" and model_id == "SmolLM2-135M-Instruct"
+    path2, _ = resolve_model_dir("smollm2", cache_dir=tmp_path / "explicit")
+    assert path2.parent == tmp_path / "explicit"
+
+
+def test_bad_options_are_clear(tmp_path):
+    with pytest.raises(ModelLoadError, match="never downloads"):
+        resolve_model_dir("HuggingFaceTB/SmolLM2-135M-Instruct")
+    with pytest.raises(ModelLoadError, match="dtype"):
+        resolve_dtype("float33", "cpu")
