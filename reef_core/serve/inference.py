@@ -142,25 +142,46 @@ def _sse(dialect: str, event: dict[str, Any]) -> bytes:
     return b"event: " + str(event.get("type", "message")).encode() + b"\ndata: " + jsonfast.dumps(event) + b"\n\n"
 
 
+async def _single_events(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[list[dict[str, Any]]]:
+    try:
+        async for event in events:
+            yield [event]
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+def _open_stream(state: ServeState, call: InferenceCall) -> AsyncIterator[list[dict[str, Any]]]:
+    """The runtime's stream as batches of events: the runtime's own batches when it offers
+    ``stream_batches`` (one socket write per network read upstream), else one event each."""
+    runtime = state.reef.runtime
+    batches = getattr(runtime, "stream_batches", None)
+    if batches is not None:
+        return batches(call).__aiter__()
+    return _single_events(runtime.stream(call).__aiter__())
+
+
 async def stream(state: ServeState, ex: Exchange) -> Response:
     """Answer a streamed request. Upstream errors before the first event are plain error answers."""
     call = make_call(state, ex)
     try:
-        events = state.reef.runtime.stream(call).__aiter__()
+        batches = _open_stream(state, call)
         try:
-            first: dict[str, Any] | None = await events.__anext__()
+            first: list[dict[str, Any]] = await batches.__anext__()
         except StopAsyncIteration:
-            first = None
+            first = []
     except Exception as exc:
         return await _fail(state, ex, call, exc, ex.route)
     state.metrics.first_byte.labels(ex.route).observe(time.perf_counter() - ex.started)
     translator = stream_translator(state.runtime_dialect, ex.dialect)
-    return StreamingResponse(_relay(state, ex, call, events, first, translator),
+    return StreamingResponse(_relay(state, ex, call, batches, first, translator),
                              media_type="text/event-stream", headers={**ex.headers(), **_SSE_HEADERS})
 
 
-async def _relay(state: ServeState, ex: Exchange, call: InferenceCall, events: AsyncIterator[dict[str, Any]],
-                 first: dict[str, Any] | None, translator: Any) -> AsyncIterator[bytes]:
+async def _relay(state: ServeState, ex: Exchange, call: InferenceCall,
+                 batches: AsyncIterator[list[dict[str, Any]]], first: list[dict[str, Any]],
+                 translator: Any) -> AsyncIterator[bytes]:
     dialect = ex.dialect
     assembler = StreamAssembler(dialect)
     # OpenAI: Reef asks the runtime for usage (for the record); the client sees it only if it asked.
@@ -170,9 +191,13 @@ async def _relay(state: ServeState, ex: Exchange, call: InferenceCall, events: A
     error = "the client disconnected before the stream finished"
     try:
         try:
-            pending = [] if first is None else translator.feed(first)
-            done = False
+            batch: list[dict[str, Any]] | None = first
             while True:
+                if batch is None:
+                    pending = translator.finish()
+                else:
+                    pending = [out for ev in batch for out in translator.feed(ev)]
+                chunk = b""
                 for ev in pending:
                     if dialect == "anthropic" and ev.get("type") == "message_stop":
                         held_stop = ev
@@ -180,14 +205,15 @@ async def _relay(state: ServeState, ex: Exchange, call: InferenceCall, events: A
                     assembler.add(ev)
                     if drop_usage and is_usage_chunk(ev):
                         continue
-                    yield _sse(dialect, ev)
-                if done:
+                    chunk += _sse(dialect, ev)
+                if chunk:
+                    yield chunk
+                if batch is None:
                     break
                 try:
-                    pending = translator.feed(await events.__anext__())
+                    batch = await batches.__anext__()
                 except StopAsyncIteration:
-                    pending = translator.finish()
-                    done = True
+                    batch = None
         except Exception as exc:  # upstream broke mid-stream: record incomplete, tell the client
             error = str(exc) if isinstance(exc, RuntimeCallError) else f"{type(exc).__name__}: {exc}"
             status = exc.status if isinstance(exc, RuntimeCallError) else 502
@@ -214,8 +240,7 @@ async def _relay(state: ServeState, ex: Exchange, call: InferenceCall, events: A
             base = assembler.base
             yield _sse(dialect, {"id": base.get("id", ""), "object": "chat.completion.chunk",
                                  "created": base.get("created", int(time.time())), "model": base.get("model", ""),
-                                 "choices": [], "reef": marker})
-            yield b"data: [DONE]\n\n"
+                                 "choices": [], "reef": marker}) + b"data: [DONE]\n\n"
         else:
             stop = dict(held_stop or {"type": "message_stop"})
             stop["reef"] = marker
@@ -230,7 +255,7 @@ async def _relay(state: ServeState, ex: Exchange, call: InferenceCall, events: A
                 state.metrics.requests.labels(ex.route, ex.scenario, "incomplete").inc()
             except Exception as exc:
                 log.error("could not queue incomplete record %s: %s", ex.record_id, exc)
-        aclose = getattr(events, "aclose", None)
+        aclose = getattr(batches, "aclose", None)
         if aclose is not None:
             with anyio.CancelScope(shield=True):
                 try:

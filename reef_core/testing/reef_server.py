@@ -41,7 +41,8 @@ class ReefServer:
             r = reef.client().post("/v1/chat/completions", json={...})
             record = reef.store.get_record(r.headers["x-reef-agent-record-id"])
 
-    ``overrides`` are Hydra overrides (``server.default_scenario=s``); ``token`` is sent by
+    ``overrides`` are Hydra overrides (``server.default_scenario=s``); ``runtime`` replaces the
+    configured runtime with an instance (e.g. a scripted one); ``token`` is sent by
     ``client()`` / ``openai()`` / ``anthropic()`` when given. Leaving the block flushes the
     record writer and stops the kernel, like a server shutdown.
     """
@@ -49,14 +50,14 @@ class ReefServer:
     def __init__(self, state_dir: str | Path, overrides: Iterable[str] = (), *,
                  upstream: FakeUpstream | str | None = None, dialect: str | None = None,
                  tokens: list[dict[str, Any]] | None = None, token: str | None = None,
-                 settings: Settings | None = None, log_level: str = "warning"):
+                 settings: Settings | None = None, runtime: Any = None, log_level: str = "warning"):
         from ..plugins import get_plugins
         from ..serve.app import create_app
 
         self.settings = settings or reef_settings(state_dir, overrides, upstream=upstream, dialect=dialect,
                                                   tokens=tokens)
         self.token = token
-        self.reef = Reef(self.settings, get_plugins())
+        self.reef = Reef(self.settings, get_plugins(), runtime=runtime)
         self.app = create_app(self.reef)
         self._server = ServerThread(self.app, log_level=log_level)
 
