@@ -62,17 +62,28 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def describe(root: Path) -> tuple[str, dict[str, str]]:
+    """(content hash, {relative path: SHA-256}) of the artifact at ``root``, reading each file once.
+
+    The content hash is SHA-256 over the sorted ``path NUL size NUL sha256`` lines of every
+    file (manifest excluded): the same tree always hashes the same.
+    """
+    h = hashlib.sha256()
+    sums = {}
+    for rel, p in artifact_files(root):
+        sums[rel] = sha256_file(p)
+        h.update(f"{rel}\0{p.stat().st_size}\0{sums[rel]}\n".encode())
+    return h.hexdigest(), sums
+
+
 def file_checksums(root: Path) -> dict[str, str]:
     """{relative path: SHA-256} of every artifact file under ``root``."""
-    return {rel: sha256_file(p) for rel, p in artifact_files(root)}
+    return describe(root)[1]
 
 
 def content_hash(root: Path) -> str:
     """The deterministic hash of the artifact tree at ``root`` (manifest excluded)."""
-    h = hashlib.sha256()
-    for rel, p in artifact_files(root):
-        h.update(f"{rel}\0{p.stat().st_size}\0{sha256_file(p)}\n".encode())
-    return h.hexdigest()
+    return describe(root)[0]
 
 
 def copy_artifact(src: Path, dest: Path) -> Path:

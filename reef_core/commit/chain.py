@@ -24,7 +24,8 @@ from urllib.parse import quote
 from ..errors import ConflictError, NotFoundError, ReefError
 from ..store import Release, RecordStore, new_id
 from ..types import ActiveRelease
-from .artifacts import MANIFEST_FORMAT, StoredRelease, content_hash, copy_artifact, file_checksums
+from .artifacts import MANIFEST_FORMAT, StoredRelease, content_hash, copy_artifact, describe
+from .harness import check_harness
 
 log = logging.getLogger("reef.commit")
 
@@ -89,14 +90,15 @@ class ReleaseChain:
         parent = self.records.get_release(expected_head) if expected_head else None
         if expected_head and parent is None:
             raise NotFoundError(f"expected head {expected_head!r} is not a release of {scenario!r}")
+        chash, sums = describe(artifact_dir)
         manifest = {
             "format": MANIFEST_FORMAT,
             "scenario": scenario,
             "release_id": new_id("rel"),
             "sequence": (parent.sequence if parent else 0) + 1,
             "parent": expected_head,
-            "content_hash": content_hash(artifact_dir),
-            "files": file_checksums(artifact_dir),
+            "content_hash": chash,
+            "files": sums,
             "operation": operation,
             "candidate_id": candidate_id,
             "evaluation": evaluation,
@@ -200,6 +202,8 @@ class ReleaseChain:
 
 
 def stage_candidate(artifact_dir: Path, dest: Path) -> tuple[Path, str]:
-    """Copy a recipe's artifact out of its scratch space; return (copy, content hash)."""
+    """Copy a recipe's artifact out of its scratch space and check that it can be served;
+    return (copy, content hash)."""
     copy = copy_artifact(artifact_dir, dest)
+    check_harness(copy)
     return copy, content_hash(copy)

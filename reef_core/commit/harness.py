@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import logging
 import re
 import threading
 from collections import OrderedDict
@@ -23,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from ..types import ActiveRelease
-from .artifacts import artifact_files, sha256_file
+from .artifacts import ArtifactError, artifact_files, sha256_file
+
+log = logging.getLogger("reef.commit")
 
 _FRONTMATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*\n?", re.S)
 
@@ -82,6 +85,20 @@ def read_harness(harness_dir: Path | None) -> Harness:
     if cfg.is_file():
         config = json.loads(cfg.read_text(encoding="utf-8"))
     return Harness(system=text("system.md"), rules=text("rules.md"), skills=tuple(skills), config=config)
+
+
+def check_harness(artifact_dir: Path) -> None:
+    """Refuse an artifact whose harness cannot be served: text files that are not UTF-8, a
+    ``config.json`` that is not a JSON object. Called before a candidate is evaluated."""
+    harness_dir = Path(artifact_dir) / "harness"
+    try:
+        harness = read_harness(harness_dir)
+    except UnicodeDecodeError as exc:
+        raise ArtifactError(f"harness text files must be UTF-8: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ArtifactError(f"harness/config.json is not valid JSON: {exc}") from None
+    if harness.config is not None and not isinstance(harness.config, dict):
+        raise ArtifactError("harness/config.json must hold a JSON object")
 
 
 def _skill(dirname: str, text: str) -> Skill:
@@ -144,7 +161,11 @@ class HarnessCache:
             if found is not None:
                 self._items.move_to_end(key)
                 return found
-        harness = read_harness(release.harness_dir)
+        try:
+            harness = read_harness(release.harness_dir)
+        except Exception:  # noqa: BLE001 - checked before publishing; a damaged copy must not fail requests
+            log.exception("cannot read the harness of release %s; serving it without a harness", release.release_id)
+            harness = Harness()
         with self._lock:
             self._items[key] = harness
             while len(self._items) > self._size:

@@ -18,7 +18,7 @@ from ..commit.chain import ReleaseChain
 from ..commit.gate import EvalContext
 from ..commit.harness import HarnessCache
 from ..errors import NotFoundError
-from ..observe import build_filters
+from ..observe import build_filters, eligible
 from ..plugins import instantiate
 from ..store import Release
 from ..types import ActiveRelease
@@ -175,12 +175,12 @@ class LearningLoop:
         if added:
             log.warning("recorded %d release(s) the database had missed", len(added))
         for scenario in self.store.scenario_names():
-            for row in self.store.list_candidates(scenario):
-                if row.status in _INTERRUPTED:
-                    self.store.update_candidate(
-                        row.id, status="error", decision=row.decision or "error",
-                        reason="interrupted: the server stopped before this candidate was published; "
-                               "its experience stays consumed")
+            stuck = [row for status in _INTERRUPTED for row in self.store.list_candidates(scenario, status=status)]
+            for row in stuck:
+                self.store.update_candidate(
+                    row.id, status="error", decision=row.decision or "error",
+                    reason="interrupted: the server stopped before this candidate was published; "
+                           "its experience stays consumed")
 
     async def _serve(self, head: Release) -> None:
         serving = self.reef.serving_release(head.scenario)
@@ -253,11 +253,12 @@ class LearningLoop:
         return await self.activate(stored)
 
     def status(self, scenario: str) -> dict[str, Any]:
-        """Loop state for ``GET /reef/scenarios/{s}``."""
+        """Loop state for ``GET /reef/scenarios/{s}`` (blocking: reads the store)."""
         recipe_name, recipe, filters = self.recipe_for(scenario)
         evaluator_name, _ = self.evaluator_for(scenario)
         serving = self.reef.serving_release(scenario)
         worker = self.workers.get(scenario)
+        pending = len(eligible(self.store, scenario, filters)) if recipe.update_target != "none" else 0
         return {
             "recipe": recipe_name,
             "update_target": recipe.update_target,
@@ -266,5 +267,6 @@ class LearningLoop:
             "evaluator": evaluator_name,
             "loop_enabled": self.settings.loop.enabled,
             "serving_release_id": serving.release_id if serving else None,
-            **(worker.status() if worker else {"state": "idle", "eligible": None, "steps": 0, "last_step": None}),
+            "eligible": pending,
+            **(worker.status() if worker else {"state": "idle", "steps": 0, "last_step": None}),
         }

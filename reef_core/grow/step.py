@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..commit.chain import stage_candidate
 from ..commit.gate import run_gate
-from ..errors import ConflictError, PublishConflict
+from ..errors import ConflictError, PublishConflict, ReefError
 from ..observe import Batch, eligible
 from ..store import CandidateRow, new_id
 from ..types import Candidate, Decision, Evaluation
@@ -103,68 +103,92 @@ async def _step(lp: "LearningLoop", scenario: str, trigger: str, progress: Any, 
         result.reason = f"the batch was taken by another worker meanwhile ({exc}); nothing done"
         return
     result.candidate_id = cid
-    head = await asyncio.to_thread(lp.chain.head, scenario)
-    current = await lp.current_release(scenario, head)
+    row = CandidateRow(id=cid, scenario=scenario, recipe=recipe_name)
     scratch = Path(tempfile.mkdtemp(prefix=f"{cid}-", dir=lp.scratch_root))
     staged_dir = lp.candidates_root / cid
-    row = CandidateRow(id=cid, scenario=scenario, recipe=recipe_name,
-                       base_release_id=head.release_id if head else None)
     try:
-        ctx = RecipeContext(scenario=scenario, recipe=recipe_name, runtime=lp.reef.runtime, store=store,
-                            scratch_dir=scratch, progress=progress, log=logging.getLogger(f"reef.recipe.{recipe_name}"),
-                            current=current, settings=lp.reef.settings, _model=lp.eval_context(scenario, progress))
-        try:
-            proposed = await asyncio.to_thread(recipe.propose, batch, current.path if current else None, ctx)
-            if proposed is not None and not isinstance(proposed, Candidate):
-                raise TypeError(f"propose returned {type(proposed).__name__}, not a Candidate or None")
-        except Exception as exc:  # noqa: BLE001 - a recipe failure is reported, the server goes on
+        head = await asyncio.to_thread(lp.chain.head, scenario)
+        row.base_release_id = head.release_id if head else None
+        current = await lp.current_release(scenario, head)
+        candidate = await _propose(lp, recipe_name, recipe, batch, current, row, scratch, staged_dir,
+                                   progress, result)
+        if candidate is None:
+            return
+        evaluation, decision = await _evaluate(lp, candidate, head, current, row, progress, result)
+        if decision.outcome == "select":
+            await _publish(lp, candidate, head, evaluation, decision, result)
+    except Exception as exc:  # noqa: BLE001 - whatever broke, the candidate says so and nothing is published
+        reason = f"growth step failed: {type(exc).__name__}: {exc}"
+        log.exception("%s: %s", scenario, reason)
+        if row.status in ("proposed", "evaluating"):
+            # not decided: the experience trained nothing that serves, so it may train again
             await asyncio.to_thread(store.release_consumption, cid)
-            reason = f"recipe {recipe_name!r} failed: {type(exc).__name__}: {exc}"
-            log.exception("%s: %s", scenario, reason)
-            await _finish(lp, row, status="error", decision="error", reason=reason, result=result)
-            return
-        if proposed is None:
-            await _finish(lp, row, status="skipped", reason="the recipe proposed no update from this batch "
-                          "(the batch stays consumed)", result=result, outcome="skipped")
-            return
-        proposed.id, proposed.scenario, proposed.recipe = cid, scenario, recipe_name
-        proposed.base_release_id = row.base_release_id
-        proposed.record_ids, proposed.report_ids = batch.record_ids, batch.report_ids
-        try:
-            staged, chash = await asyncio.to_thread(stage_candidate, proposed.artifact_dir, staged_dir)
-        except Exception as exc:  # noqa: BLE001 - an unusable artifact is the recipe's failure
-            await asyncio.to_thread(store.release_consumption, cid)
-            reason = f"recipe {recipe_name!r} proposed an unusable artifact: {type(exc).__name__}: {exc}"
-            await _finish(lp, row, status="error", decision="error", reason=reason, result=result)
-            return
-        proposed.artifact_dir = staged
-        row.summary = proposed.summary
-        row.artifact = {"content_hash": chash, "metadata": proposed.metadata,
-                        "records": len(batch.record_ids), "reports": len(batch.report_ids)}
-        row.status = "evaluating"
-        await asyncio.to_thread(store.add_candidate, row)
-        if head is not None and chash == head.content_hash:
-            evaluation, decision = Evaluation(evaluator="none"), Decision(
-                "reject", "the candidate is identical to the serving release")
+            await _finish(lp, row, status="error", decision="error", reason=reason, result=result,
+                          stored=row.status == "evaluating")
         else:
-            evaluator_name, evaluator = lp.evaluator_for(scenario)
-            timeout = float(getattr(evaluator, "timeout_s", lp.default_eval_timeout_s))
-            ectx = lp.eval_context(scenario, progress)
-            evaluation, decision = await asyncio.to_thread(
-                run_gate, evaluator, evaluator_name, proposed, current, ectx, timeout)
-        result.evaluation = {**evaluation.to_dict(), "decision": decision.outcome, "reason": decision.reason}
-        status = {"select": "selected", "reject": "rejected", "error": "error"}[decision.outcome]
-        await asyncio.to_thread(store.update_candidate, cid, evaluation=evaluation.to_dict(),
-                                decision=decision.outcome, reason=decision.reason, status=status)
-        lp.reef.emit("candidate_evaluated", candidate=proposed, evaluation=evaluation, decision=decision)
-        if decision.outcome != "select":
-            result.outcome = "rejected" if decision.outcome == "reject" else "error"
-            result.reason = decision.reason
-            return
-        await _publish(lp, proposed, head, evaluation, decision, result)
+            result.outcome, result.reason = "error", reason
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(staged_dir, ignore_errors=True)
+
+
+async def _propose(lp: "LearningLoop", recipe_name: str, recipe: Any, batch: Batch, current: Any,
+                   row: CandidateRow, scratch: Path, staged_dir: Path, progress: Any,
+                   result: StepResult) -> Candidate | None:
+    """Run the recipe and stage its artifact; None when there is nothing to evaluate (the
+    candidate row then says why)."""
+    store = lp.store
+    ctx = RecipeContext(scenario=batch.scenario, recipe=recipe_name, runtime=lp.reef.runtime, store=store,
+                        scratch_dir=scratch, progress=progress, log=logging.getLogger(f"reef.recipe.{recipe_name}"),
+                        current=current, settings=lp.reef.settings, _model=lp.eval_context(batch.scenario, progress))
+    try:
+        proposed = await asyncio.to_thread(recipe.propose, batch, current.path if current else None, ctx)
+        if proposed is not None and not isinstance(proposed, Candidate):
+            raise TypeError(f"propose returned {type(proposed).__name__}, not a Candidate or None")
+        if proposed is not None:
+            staged, chash = await asyncio.to_thread(stage_candidate, proposed.artifact_dir, staged_dir)
+    except Exception as exc:  # noqa: BLE001 - a recipe failure is reported, the server goes on
+        await asyncio.to_thread(store.release_consumption, row.id)
+        reason = f"recipe {recipe_name!r} failed: {type(exc).__name__}: {exc}"
+        log.warning("%s: %s", batch.scenario, reason, exc_info=not isinstance(exc, ReefError))
+        await _finish(lp, row, status="error", decision="error", reason=reason, result=result)
+        return None
+    if proposed is None:
+        await _finish(lp, row, status="skipped", reason="the recipe proposed no update from this batch "
+                      "(the batch stays consumed)", result=result, outcome="skipped")
+        return None
+    proposed.id, proposed.scenario, proposed.recipe = row.id, batch.scenario, recipe_name
+    proposed.base_release_id = row.base_release_id
+    proposed.record_ids, proposed.report_ids = batch.record_ids, batch.report_ids
+    proposed.artifact_dir = staged
+    row.summary = proposed.summary
+    row.artifact = {"content_hash": chash, "metadata": proposed.metadata,
+                    "records": len(batch.record_ids), "reports": len(batch.report_ids)}
+    row.status = "evaluating"
+    await asyncio.to_thread(store.add_candidate, row)
+    return proposed
+
+
+async def _evaluate(lp: "LearningLoop", candidate: Candidate, head: Any, current: Any, row: CandidateRow,
+                    progress: Any, result: StepResult) -> tuple[Evaluation, Decision]:
+    """The gate's verdict, recorded on the candidate and told to observers."""
+    if head is not None and row.artifact["content_hash"] == head.content_hash:
+        evaluation = Evaluation(evaluator="none")
+        decision = Decision("reject", "the candidate is identical to the serving release")
+    else:
+        name, evaluator = lp.evaluator_for(candidate.scenario)
+        timeout = float(getattr(evaluator, "timeout_s", lp.default_eval_timeout_s))
+        ectx = lp.eval_context(candidate.scenario, progress)
+        evaluation, decision = await asyncio.to_thread(run_gate, evaluator, name, candidate, current, ectx, timeout)
+    result.evaluation = {**evaluation.to_dict(), "decision": decision.outcome, "reason": decision.reason}
+    row.status = {"select": "selected", "reject": "rejected", "error": "error"}[decision.outcome]
+    await asyncio.to_thread(lp.store.update_candidate, row.id, evaluation=evaluation.to_dict(),
+                            decision=decision.outcome, reason=decision.reason, status=row.status)
+    lp.reef.emit("candidate_evaluated", candidate=candidate, evaluation=evaluation, decision=decision)
+    if decision.outcome != "select":
+        result.outcome = "rejected" if decision.outcome == "reject" else "error"
+        result.reason = decision.reason
+    return evaluation, decision
 
 
 async def _publish(lp: "LearningLoop", candidate: Candidate, head: Any, evaluation: Evaluation,
@@ -196,7 +220,11 @@ async def _publish(lp: "LearningLoop", candidate: Candidate, head: Any, evaluati
 
 
 async def _finish(lp: "LearningLoop", row: CandidateRow, *, status: str, reason: str, result: StepResult,
-                  decision: str | None = None, outcome: str = "error") -> None:
+                  decision: str | None = None, outcome: str = "error", stored: bool = False) -> None:
+    """Record a candidate that ends before (or instead of) a verdict."""
     row.status, row.reason, row.decision = status, reason, decision
-    await asyncio.to_thread(lp.store.add_candidate, row)
+    if stored:
+        await asyncio.to_thread(lp.store.update_candidate, row.id, status=status, reason=reason, decision=decision)
+    else:
+        await asyncio.to_thread(lp.store.add_candidate, row)
     result.outcome, result.reason = outcome, reason

@@ -27,7 +27,6 @@ class ScenarioWorker:
         self.scenario = scenario
         self.lock = asyncio.Lock()
         self.last_step: StepResult | None = None
-        self.eligible: int | None = None
         self.steps = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -73,7 +72,6 @@ class ScenarioWorker:
         """Run one step now (waits for a running one to finish first)."""
         async with self.lock:
             result = await run_step(self.lp, self.scenario, trigger, progress or self.lp.log_progress)
-            self.eligible = max(result.eligible - self._used(result), 0)
             if result.outcome != "nothing" or trigger == "manual":
                 self.last_step = result
                 self.steps += 1
@@ -88,17 +86,9 @@ class ScenarioWorker:
                               reason="a growth step is already running for this scenario")
         return await self.step("manual", progress)
 
-    def _used(self, result: StepResult) -> int:
-        if result.candidate_id is None or result.outcome == "error":
-            return 0
-        _name, recipe, _filters = self.lp.recipe_for(self.scenario)
-        size = int(recipe.batch_size or 0)
-        return min(size, result.eligible) if size > 0 else result.eligible
-
     def status(self) -> dict[str, Any]:
         return {
             "state": self.state,
-            "eligible": self.eligible,
             "steps": self.steps,
             "last_step": self.last_step.to_dict() if self.last_step else None,
         }

@@ -55,6 +55,10 @@ def test_feedback_becomes_a_rule_that_serves_the_next_request(tmp_path):
             assert loop["recipe"] == "feedback_rules" and loop["evaluator"] == "task_suite"
             assert loop["serving_release_id"] == release_id
             assert loop["last_step"]["outcome"] == "published"
+            assert loop["eligible"] == 0 and loop["state"] == "idle"
+            r = ask(client, "One more?")
+            report(client, [r.headers["x-reef-agent-record-id"]], score=0.0, feedback="Be brief")
+            assert client.get("/reef/scenarios/default").json()["loop"]["eligible"] == 1
 
 
 def test_harness_routes_and_install_script(tmp_path):

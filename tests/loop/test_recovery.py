@@ -197,3 +197,24 @@ def test_interrupted_candidates_are_settled_on_start(tmp_path):
     row = reef.store.get_candidate(cid)
     assert row.status == "error" and "interrupted" in row.reason
     assert reef.store.consumed([rec, rpt]) == {rec, rpt}
+
+
+class BrokenHarnessRecipe(FailingRecipe):
+    def propose(self, batch, current_artifact, ctx):
+        from reef_core.types import Candidate
+
+        art = ctx.new_artifact()
+        (art / "harness").mkdir()
+        (art / "harness" / "config.json").write_text("{not json")
+        return Candidate(scenario=batch.scenario, recipe="broken", artifact_dir=art)
+
+
+def test_an_unservable_artifact_is_the_recipes_failure(tmp_path):
+    add_plugin("recipe", "broken", BrokenHarnessRecipe)
+    reef = _kernel(tmp_path, recipe={"name": "broken"})
+    rec, rpt = _seed(reef.store, "Be brief")
+    [step] = _grow(reef)
+    assert step.outcome == "error" and "config.json is not valid JSON" in step.reason
+    assert "failed: ArtifactError" in step.reason
+    assert reef.store.consumed([rec, rpt]) == set()
+    assert reef.store.list_releases("default") == []

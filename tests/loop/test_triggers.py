@@ -73,8 +73,10 @@ def test_the_schedule_grows_batches_that_no_report_triggered(tmp_path):
             server.store.add_record(rec)
             server.store.add_report(Report(id=new_id("rpt"), scenario="default", score=0.0, feedback="Be brief",
                                            references=[rec.id], body_hash="h"))
-            wait_for(lambda: server.store.head_release("default"), "a scheduled step to publish")
-            assert lp.workers["default"].last_step.trigger == "auto"
+            step = wait_for(lambda: "default" in lp.workers and lp.workers["default"].last_step,
+                            "a scheduled step")
+            assert step.trigger == "auto" and step.outcome == "published"
+            assert server.store.head_release("default").release_id == step.release_id
 
 
 def test_a_cli_rollback_is_followed_by_the_running_server(tmp_path):
