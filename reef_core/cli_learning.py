@@ -65,13 +65,13 @@ def releases(config_file: str | None, scenario: str | None, as_json: bool, overr
     if not rows:
         click.echo(f"scenario {scenario!r} has no releases yet")
         return
-    table = Table(title=f"releases of {scenario}")
-    for col in ("#", "release", "operation", "content", "candidate", "created"):
-        table.add_column(col)
+    table = Table(title=f"releases of {scenario} (--json for every field)")
+    for col in ("#", "release", "operation", "content", "created"):
+        table.add_column(col, no_wrap=True)
     for i, r in enumerate(rows):
         table.add_row(str(r.sequence) + (" (head)" if i == 0 else ""), r.release_id, r.operation,
-                      r.content_hash[:12], r.candidate_id or "-", f"{r.created_at:%Y-%m-%d %H:%M:%S}")
-    Console().print(table)
+                      r.content_hash[:12], f"{r.created_at:%Y-%m-%d %H:%M}")
+    Console(width=max(Console().width, 100)).print(table)
 
 
 @click.command("rollback", context_settings={"ignore_unknown_options": True})

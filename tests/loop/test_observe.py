@@ -13,8 +13,9 @@ from reef_core.store import Record, RecordStore, Release, Report, new_id
 
 
 @pytest.fixture
-def store(tmp_path):
-    s = RecordStore(f"sqlite:///{tmp_path / 'reef.db'}")
+def store(store_url):
+    """The filters run on SQLite and on PostgreSQL (the suite's ``store_url`` fixture)."""
+    s = RecordStore(store_url)
     yield s
     s.close()
 
