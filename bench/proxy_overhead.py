@@ -240,7 +240,8 @@ class Target:
     headers: bytes = b""
 
 
-def start_targets(tmp: Path, with_litellm: bool, reef_state: Path | None = None) -> tuple[list[Target], list[subprocess.Popen]]:
+def start_targets(tmp: Path, with_litellm: bool,
+                  reef_state: Path | None = None) -> tuple[list[Target], list[subprocess.Popen]]:
     procs = []
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}

@@ -147,7 +147,8 @@ class UpstreamRuntime(Runtime):
         except httpx.TimeoutException as exc:
             raise RuntimeUnavailable(f"upstream {self.upstream_url} timed out ({type(exc).__name__})") from None
         except httpx.HTTPError as exc:
-            raise RuntimeUnavailable(f"upstream {self.upstream_url} is unreachable: {exc or type(exc).__name__}") from None
+            raise RuntimeUnavailable(
+                f"upstream {self.upstream_url} is unreachable: {exc or type(exc).__name__}") from None
 
     async def complete(self, call: InferenceCall) -> dict[str, Any]:
         resp = await self._send(self._request(call.body, self._headers))

@@ -22,13 +22,13 @@ from ..errors import RuntimeCallError
 from ..store import Record
 from ..types import ActiveRelease, InferenceCall
 from . import jsonfast
-from .dialects import StreamAssembler, is_usage_chunk, stream_translator, translate_request, translate_response, usage_summary
+from .dialects import (StreamAssembler, is_usage_chunk, stream_translator, translate_request, translate_response,
+                       usage_summary)
 from .errors import error_body, error_response, upstream_error_response
 from .state import ServeState
 
 log = logging.getLogger("reef.serve")
 
-_EXTRAS = ("prompt_token_ids", "response_token_ids", "logprobs")
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
@@ -94,8 +94,7 @@ def _client_wants_usage(body: dict[str, Any]) -> bool:
     return isinstance(opts, dict) and bool(opts.get("include_usage"))
 
 
-async def _fail(state: ServeState, ex: Exchange, call: InferenceCall | None, exc: Exception,
-                route_label: str) -> Response:
+async def _fail(state: ServeState, ex: Exchange, call: InferenceCall | None, exc: Exception) -> Response:
     """Record a failed call as an error and answer in the client's shape."""
     if isinstance(exc, RuntimeCallError):
         status, message = exc.status, str(exc)
@@ -108,7 +107,7 @@ async def _fail(state: ServeState, ex: Exchange, call: InferenceCall | None, exc
         await state.writer.write(record)
     except Exception as wexc:  # the error answer still goes out; the log says the record is lost
         log.error("could not store error record %s: %s", ex.record_id, wexc)
-    state.metrics.requests.labels(route_label, ex.scenario, "error").inc()
+    state.metrics.requests.labels(ex.route, ex.scenario, "error").inc()
     headers = ex.headers()
     if isinstance(exc, RuntimeCallError):
         return upstream_error_response(ex.dialect, state.runtime_dialect, exc, headers=headers)
@@ -122,7 +121,7 @@ async def complete(state: ServeState, ex: Exchange) -> Response:
         answer = await state.reef.runtime.complete(call)
         body = translate_response(answer, state.runtime_dialect, ex.dialect)
     except Exception as exc:
-        return await _fail(state, ex, call, exc, ex.route)
+        return await _fail(state, ex, call, exc)
     record = ex.record(call, state.runtime_name, status="ok", response=body)
     try:
         await state.writer.write(record)
@@ -172,7 +171,7 @@ async def stream(state: ServeState, ex: Exchange) -> Response:
         except StopAsyncIteration:
             first = []
     except Exception as exc:
-        return await _fail(state, ex, call, exc, ex.route)
+        return await _fail(state, ex, call, exc)
     state.metrics.first_byte.labels(ex.route).observe(time.perf_counter() - ex.started)
     translator = stream_translator(state.runtime_dialect, ex.dialect)
     return StreamingResponse(_relay(state, ex, call, batches, first, translator),

@@ -160,7 +160,8 @@ def openai_to_anthropic(body: dict[str, Any], *, default_max_tokens: int = DEFAU
         out["tools"] = []
         for t in tools:
             fn = t.get("function") or {}
-            tool = {"name": fn.get("name", ""), "input_schema": fn.get("parameters") or {"type": "object", "properties": {}}}
+            schema = fn.get("parameters") or {"type": "object", "properties": {}}
+            tool = {"name": fn.get("name", ""), "input_schema": schema}
             if fn.get("description"):
                 tool["description"] = fn["description"]
             out["tools"].append(tool)
