@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from .kernel import Reef
 
 
-def install_learning(reef: "Reef") -> None:
+def install_learning(reef: Reef) -> None:
     """Attach the loop's workers, release chain and harness injection to ``reef``.
 
     Sets ``reef.extensions``: ``learning`` (the ``LearningLoop``), ``apply_harness``

@@ -28,7 +28,7 @@ class ScoreWindowFilter:
     Unscored experiences are dropped whenever a bound is set.
     """
 
-    def __init__(self, min: float | None = None, max: float | None = None):  # noqa: A002 - config keys
+    def __init__(self, min: float | None = None, max: float | None = None):
         if min is not None and max is not None and min > max:
             raise ValueError(f"score_window min ({min}) is above max ({max})")
         self.min = min

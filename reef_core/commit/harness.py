@@ -28,7 +28,7 @@ from .artifacts import ArtifactError, artifact_files, sha256_file
 
 log = logging.getLogger("reef.commit")
 
-_FRONTMATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*\n?", re.S)
+_FRONTMATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*\n?", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,7 @@ class HarnessCache:
                 return found
         try:
             harness = read_harness(release.harness_dir)
-        except Exception:  # noqa: BLE001 - checked before publishing; a damaged copy must not fail requests
+        except Exception:  # checked before publishing; a damaged copy must not fail requests
             log.exception("cannot read the harness of release %s; serving it without a harness", release.release_id)
             harness = Harness()
         with self._lock:

@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ..errors import ConfigError
 from ..observe.experience import response_text
@@ -41,7 +42,7 @@ def grade_contains(output: str, task: dict[str, Any]) -> float:
 
 def grade_regex(output: str, task: dict[str, Any]) -> float:
     """1.0 when ``pattern`` (or ``expected`` read as a pattern) matches somewhere in the answer."""
-    return float(re.search(task.get("pattern") or task["expected"], output, re.S) is not None)
+    return float(re.search(task.get("pattern") or task["expected"], output, re.DOTALL) is not None)
 
 
 BUILTIN_GRADERS: dict[str, Grader] = {"exact": grade_exact, "contains": grade_contains, "regex": grade_regex}

@@ -41,7 +41,7 @@ _INTERRUPTED = ("proposed", "evaluating", "selected")
 class LearningLoop:
     """Observe → Grow → Commit for every scenario of one kernel."""
 
-    def __init__(self, reef: "Reef"):
+    def __init__(self, reef: Reef):
         self.reef = reef
         self.store = reef.store
         self.settings = reef.settings
@@ -140,7 +140,7 @@ class LearningLoop:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self, reef: "Reef") -> None:
+    async def start(self, reef: Reef) -> None:
         self._loop = asyncio.get_running_loop()
         await asyncio.to_thread(self._recover)
         for scenario in sorted(self.store.scenario_names()):
@@ -157,14 +157,10 @@ class LearningLoop:
                 self._tasks.append(asyncio.create_task(self._schedule(self.settings.loop.schedule_s),
                                                        name="reef-grow-schedule"))
 
-    async def stop(self, reef: "Reef") -> None:
+    async def stop(self, reef: Reef) -> None:
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping regardless
-                pass
+        await asyncio.gather(*self._tasks, return_exceptions=True)  # stopping regardless of how they end
         self._tasks.clear()
         for worker in list(self.workers.values()):
             await worker.stop()
@@ -205,7 +201,7 @@ class LearningLoop:
                             self.reef.emit("release_published", release=head)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - keep following; the next round retries
+            except Exception:  # keep following; the next round retries
                 log.exception("following the release chain failed")
 
     def _store_heads(self) -> dict[str, str]:

@@ -68,7 +68,7 @@ def summarize(evaluation: Evaluation, decision: Decision) -> dict[str, Any]:
             **{k: evaluation.metrics[k] for k in keys if k in evaluation.metrics}}
 
 
-async def run_step(lp: "LearningLoop", scenario: str, trigger: str, progress: Any) -> StepResult:
+async def run_step(lp: LearningLoop, scenario: str, trigger: str, progress: Any) -> StepResult:
     """Run one step; never raises for what a recipe or evaluator does (the result says)."""
     result = StepResult(scenario=scenario, trigger=trigger, outcome="nothing")
     try:
@@ -78,7 +78,7 @@ async def run_step(lp: "LearningLoop", scenario: str, trigger: str, progress: An
     return result
 
 
-async def _step(lp: "LearningLoop", scenario: str, trigger: str, progress: Any, result: StepResult) -> None:
+async def _step(lp: LearningLoop, scenario: str, trigger: str, progress: Any, result: StepResult) -> None:
     store = lp.store
     recipe_name, recipe, filters = lp.recipe_for(scenario)
     if recipe.update_target == "none":
@@ -117,7 +117,7 @@ async def _step(lp: "LearningLoop", scenario: str, trigger: str, progress: Any, 
         evaluation, decision = await _evaluate(lp, candidate, head, current, row, progress, result)
         if decision.outcome == "select":
             await _publish(lp, candidate, head, evaluation, decision, result)
-    except Exception as exc:  # noqa: BLE001 - whatever broke, the candidate says so and nothing is published
+    except Exception as exc:  # whatever broke, the candidate says so and nothing is published
         reason = f"growth step failed: {type(exc).__name__}: {exc}"
         log.exception("%s: %s", scenario, reason)
         if row.status in ("proposed", "evaluating"):
@@ -132,7 +132,7 @@ async def _step(lp: "LearningLoop", scenario: str, trigger: str, progress: Any, 
         shutil.rmtree(staged_dir, ignore_errors=True)
 
 
-async def _propose(lp: "LearningLoop", recipe_name: str, recipe: Any, batch: Batch, current: Any,
+async def _propose(lp: LearningLoop, recipe_name: str, recipe: Any, batch: Batch, current: Any,
                    row: CandidateRow, scratch: Path, staged_dir: Path, progress: Any,
                    result: StepResult) -> Candidate | None:
     """Run the recipe and stage its artifact; None when there is nothing to evaluate (the
@@ -147,7 +147,7 @@ async def _propose(lp: "LearningLoop", recipe_name: str, recipe: Any, batch: Bat
             raise TypeError(f"propose returned {type(proposed).__name__}, not a Candidate or None")
         if proposed is not None:
             staged, chash = await asyncio.to_thread(stage_candidate, proposed.artifact_dir, staged_dir)
-    except Exception as exc:  # noqa: BLE001 - a recipe failure is reported, the server goes on
+    except Exception as exc:  # a recipe failure is reported, the server goes on
         await asyncio.to_thread(store.release_consumption, row.id)
         reason = f"recipe {recipe_name!r} failed: {type(exc).__name__}: {exc}"
         log.warning("%s: %s", batch.scenario, reason, exc_info=not isinstance(exc, ReefError))
@@ -169,7 +169,7 @@ async def _propose(lp: "LearningLoop", recipe_name: str, recipe: Any, batch: Bat
     return proposed
 
 
-async def _evaluate(lp: "LearningLoop", candidate: Candidate, head: Any, current: Any, row: CandidateRow,
+async def _evaluate(lp: LearningLoop, candidate: Candidate, head: Any, current: Any, row: CandidateRow,
                     progress: Any, result: StepResult) -> tuple[Evaluation, Decision]:
     """The gate's verdict, recorded on the candidate and told to observers."""
     if head is not None and row.artifact["content_hash"] == head.content_hash:
@@ -191,7 +191,7 @@ async def _evaluate(lp: "LearningLoop", candidate: Candidate, head: Any, current
     return evaluation, decision
 
 
-async def _publish(lp: "LearningLoop", candidate: Candidate, head: Any, evaluation: Evaluation,
+async def _publish(lp: LearningLoop, candidate: Candidate, head: Any, evaluation: Evaluation,
                    decision: Decision, result: StepResult) -> None:
     try:
         stored = await asyncio.to_thread(
@@ -202,7 +202,7 @@ async def _publish(lp: "LearningLoop", candidate: Candidate, head: Any, evaluati
         await asyncio.to_thread(lp.store.update_candidate, candidate.id, status="conflict", reason=str(exc))
         result.outcome, result.reason = "conflict", str(exc)
         return
-    except Exception as exc:  # noqa: BLE001 - nothing was published; the candidate says why
+    except Exception as exc:  # nothing was published; the candidate says why
         reason = f"publishing failed: {type(exc).__name__}: {exc}"
         log.exception("%s: %s", candidate.scenario, reason)
         await asyncio.to_thread(lp.store.update_candidate, candidate.id, status="error", reason=reason)
@@ -211,7 +211,7 @@ async def _publish(lp: "LearningLoop", candidate: Candidate, head: Any, evaluati
     result.release_id = stored.release_id
     try:
         await lp.activate(stored)
-    except Exception as exc:  # noqa: BLE001 - published; the follower retries serving it
+    except Exception as exc:  # published; the follower retries serving it
         reason = f"published, but serving it failed ({type(exc).__name__}: {exc}); the follower retries"
         log.exception("%s: release %s %s", candidate.scenario, stored.release_id, reason)
         result.outcome, result.reason = "error", reason
@@ -219,7 +219,7 @@ async def _publish(lp: "LearningLoop", candidate: Candidate, head: Any, evaluati
     result.outcome, result.reason = "published", decision.reason
 
 
-async def _finish(lp: "LearningLoop", row: CandidateRow, *, status: str, reason: str, result: StepResult,
+async def _finish(lp: LearningLoop, row: CandidateRow, *, status: str, reason: str, result: StepResult,
                   decision: str | None = None, outcome: str = "error", stored: bool = False) -> None:
     """Record a candidate that ends before (or instead of) a verdict."""
     row.status, row.reason, row.decision = status, reason, decision

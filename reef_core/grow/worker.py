@@ -22,7 +22,7 @@ log = logging.getLogger("reef.grow")
 class ScenarioWorker:
     """The growth worker of one scenario."""
 
-    def __init__(self, lp: "LearningLoop", scenario: str):
+    def __init__(self, lp: LearningLoop, scenario: str):
         self.lp = lp
         self.scenario = scenario
         self.lock = asyncio.Lock()
@@ -46,10 +46,7 @@ class ScenarioWorker:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping regardless
-                pass
+            await asyncio.gather(self._task, return_exceptions=True)  # stopping regardless of how it ends
             self._task = None
 
     async def _run(self) -> None:
@@ -62,7 +59,7 @@ class ScenarioWorker:
                 result = await self.step("auto")
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - the worker must outlive one bad step
+            except Exception:  # the worker must outlive one bad step
                 log.exception("growth step of %s failed", self.scenario)
                 continue
             if result.made_progress:

@@ -9,8 +9,9 @@ the scenario config adds; each filter narrows (or enriches) the list. Filters ar
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from ..errors import ConfigError
 from ..plugins import Plugins, instantiate

@@ -38,7 +38,7 @@ class ExperienceRecord:
     seq: int | None = None
 
     @classmethod
-    def from_row(cls, row: Any) -> "ExperienceRecord":
+    def from_row(cls, row: Any) -> ExperienceRecord:
         return cls(
             id=row.id, scenario=row.scenario, session=row.session, release_id=row.release_id,
             created_at=row.created_at, status=row.status, model=row.model, route=row.route,

@@ -4,8 +4,9 @@ prompt, config files, a way to wait for background work, and test-only plugins."
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import yaml

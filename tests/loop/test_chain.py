@@ -10,7 +10,12 @@ import threading
 import pytest
 
 from reef_core.builtins.git_store import GitArtifactStore, scenario_ref
-from reef_core.commit import ArtifactError, ChainInconsistent, ReleaseChain, content_hash
+from reef_core.commit import (
+    ArtifactError,
+    ChainInconsistent,
+    ReleaseChain,
+    content_hash,
+)
 from reef_core.errors import PublishConflict
 from reef_core.kernel import Reef
 from reef_core.plugins import get_plugins

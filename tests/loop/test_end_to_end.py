@@ -7,7 +7,15 @@ import subprocess
 
 from reef_core.testing import FakeUpstream, ReefServer, system_prompt
 
-from .conftest import GOOD_FEEDBACK, ask, capital_model, feedback_rules_config, report, settings_for, wait_for
+from .conftest import (
+    GOOD_FEEDBACK,
+    ask,
+    capital_model,
+    feedback_rules_config,
+    report,
+    settings_for,
+    wait_for,
+)
 
 
 def test_feedback_becomes_a_rule_that_serves_the_next_request(tmp_path):

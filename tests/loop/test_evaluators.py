@@ -10,7 +10,11 @@ import threading
 
 import pytest
 
-from reef_core.builtins.evaluators import AlwaysEvaluator, TaskSuiteEvaluator, ThresholdEvaluator
+from reef_core.builtins.evaluators import (
+    AlwaysEvaluator,
+    TaskSuiteEvaluator,
+    ThresholdEvaluator,
+)
 from reef_core.commit.gate import EvalContext, run_gate
 from reef_core.commit.tasks import BUILTIN_GRADERS, PairedResult, load_tasks, task_body
 from reef_core.errors import ConfigError, RuntimeCallError
@@ -98,7 +102,7 @@ def test_margin_and_repeats(loop, tmp_path):
 def test_threshold_decides_on_means(loop, tmp_path):
     runtime = ScriptedRuntime({("candidate", "A?"): "yes", ("candidate", "B?"): "yes",
                                ("current", "A?"): "yes", ("current", "B?"): "yes", ("current", "C?"): "yes"})
-    ev, decision = run_gate(ThresholdEvaluator(tasks=TASKS, delta=0.0), "threshold", _candidate(tmp_path), None,
+    _, decision = run_gate(ThresholdEvaluator(tasks=TASKS, delta=0.0), "threshold", _candidate(tmp_path), None,
                             _ctx(loop, runtime), 30)
     assert decision.outcome == "reject" and "0.667 < current mean 1.000" in decision.reason
     runtime.answers[("candidate", "C?")] = "yes"
@@ -134,7 +138,7 @@ def test_an_evaluation_reporting_an_error_never_selects(loop, tmp_path):
             ev.error = "half the judges were down"
             return ev
 
-    evaluation, decision = run_gate(Sneaky(), "sneaky", _candidate(tmp_path), None,
+    _, decision = run_gate(Sneaky(), "sneaky", _candidate(tmp_path), None,
                                     _ctx(loop, ScriptedRuntime({})), 5)
     assert decision.outcome == "error" and "half the judges" in decision.reason
 

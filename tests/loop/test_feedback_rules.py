@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from reef_core.builtins.feedback_rules import FeedbackRulesRecipe, normalize_rule, parse_rules, rule_key
+from reef_core.builtins.feedback_rules import (
+    FeedbackRulesRecipe,
+    normalize_rule,
+    parse_rules,
+    rule_key,
+)
 from reef_core.grow.context import RecipeContext
 from reef_core.grow.progress import LogProgress
 from reef_core.observe import Batch, Experience, ExperienceRecord

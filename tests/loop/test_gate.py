@@ -10,7 +10,15 @@ import pytest
 from reef_core.testing import FakeUpstream, ReefServer, system_prompt
 from reef_core.types import Decision, Evaluation
 
-from .conftest import GOOD_FEEDBACK, add_plugin, ask, capital_model, feedback_rules_config, report, settings_for
+from .conftest import (
+    GOOD_FEEDBACK,
+    add_plugin,
+    ask,
+    capital_model,
+    feedback_rules_config,
+    report,
+    settings_for,
+)
 
 
 def _grow(client, scenario: str = "default") -> dict:

@@ -8,7 +8,13 @@ from reef_core.commit.harness import HarnessCache, harness_bundle, inject, read_
 from reef_core.testing import FakeUpstream, ReefServer, system_prompt
 from reef_core.types import ActiveRelease
 
-from .conftest import GOOD_FEEDBACK, feedback_rules_config, report, settings_for, wait_for
+from .conftest import (
+    GOOD_FEEDBACK,
+    feedback_rules_config,
+    report,
+    settings_for,
+    wait_for,
+)
 
 
 def _tree(root, *, system="You are Reef's test agent.", rules="- Be brief.\n"):

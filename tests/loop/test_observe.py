@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from reef_core.builtins.filters import DedupFilter, FreshnessFilter, ScoredFilter, ScoreWindowFilter, SessionFilter
+from reef_core.builtins.filters import (
+    DedupFilter,
+    FreshnessFilter,
+    ScoredFilter,
+    ScoreWindowFilter,
+    SessionFilter,
+)
 from reef_core.errors import ConfigError
 from reef_core.observe import build_filters, eligible, load_pool, parse_filter_spec
 from reef_core.observe.eligibility import filter_context

@@ -10,8 +10,17 @@ import threading
 from reef_core.testing import FakeUpstream, ReefServer
 from reef_core.types import Decision, Evaluation
 
-from .conftest import (GOOD_FEEDBACK, add_plugin, ask, capital_model, feedback_rules_config, report, settings_for,
-                       wait_for, write_config)
+from .conftest import (
+    GOOD_FEEDBACK,
+    add_plugin,
+    ask,
+    capital_model,
+    feedback_rules_config,
+    report,
+    settings_for,
+    wait_for,
+    write_config,
+)
 
 
 class GatedEvaluator:
