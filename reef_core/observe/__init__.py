@@ -7,7 +7,13 @@ from .eligibility import (
     load_pool,
     parse_filter_spec,
 )
-from .experience import Batch, Experience, ExperienceRecord, response_text
+from .experience import (
+    Batch,
+    Experience,
+    ExperienceRecord,
+    record_content_hash,
+    response_text,
+)
 
 __all__ = [
     "Batch",
@@ -18,5 +24,6 @@ __all__ = [
     "eligible",
     "load_pool",
     "parse_filter_spec",
+    "record_content_hash",
     "response_text",
 ]

@@ -15,6 +15,17 @@ from datetime import datetime
 from typing import Any
 
 
+def record_content_hash(request: Any, response: Any) -> str:
+    """SHA-256 of canonical JSON ``[request, response]``: what the ``dedup`` filter compares.
+
+    A server that stores this as ``Record.content_hash`` lets ``dedup`` also drop content
+    that an earlier candidate already consumed (one indexed query instead of re-reading bodies).
+    """
+    canonical = json.dumps([request, response], sort_keys=True, separators=(",", ":"),
+                           ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
 @dataclass(frozen=True)
 class ExperienceRecord:
     """One served request as a recipe sees it (a read-only copy of a stored record)."""
@@ -51,12 +62,8 @@ class ExperienceRecord:
     @property
     def content_key(self) -> str:
         """A hash of what was asked and answered: the stored ``content_hash`` when the server
-        computed one, otherwise a canonical hash of request and response bodies."""
-        if self.content_hash:
-            return self.content_hash
-        canonical = json.dumps([self.request, self.response], sort_keys=True,
-                               separators=(",", ":"), ensure_ascii=False, default=str)
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        computed one, otherwise ``record_content_hash`` of request and response."""
+        return self.content_hash or record_content_hash(self.request, self.response)
 
     def response_text(self) -> str:
         """The assistant's answer as plain text (OpenAI or Anthropic response body)."""

@@ -14,7 +14,15 @@ from reef_core.kernel import Reef
 from reef_core.plugins import get_plugins
 from reef_core.store import CandidateRow, Record, RecordStore, Report, new_id
 
-from .conftest import add_plugin, feedback_rules_config, settings_for, write_config
+from .conftest import (
+    add_plugin,
+    ask,
+    feedback_rules_config,
+    report,
+    settings_for,
+    wait_for,
+    write_config,
+)
 
 
 class Down:
@@ -218,3 +226,84 @@ def test_an_unservable_artifact_is_the_recipes_failure(tmp_path):
     assert "failed: ArtifactError" in step.reason
     assert reef.store.consumed([rec, rpt]) == set()
     assert reef.store.list_releases("default") == []
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve(tmp_path, upstream_url: str, *, fault: bool) -> tuple[subprocess.Popen, str]:
+    """``reef serve`` in a subprocess; returns (process, base URL) once it answers /healthz."""
+    import httpx
+
+    cfg = write_config(tmp_path / "serve.yaml", feedback_rules_config(batch_size=1, evaluator={"name": "always"}))
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k != "REEF_FAULT_AFTER_GIT_PUBLISH"}
+    if fault:
+        env["REEF_FAULT_AFTER_GIT_PUBLISH"] = "kill"
+    log_path = tmp_path / f"serve-{port}.log"
+    log = log_path.open("w")  # a file, not a pipe: a chatty server must never block on a full pipe
+    proc = subprocess.Popen([sys.executable, "-m", "reef_core", "serve", "-c", str(cfg), f"server.port={port}",
+                             f"server.state_dir={tmp_path / 'state'}", f"runtime.upstream_url={upstream_url}",
+                             "server.log_level=warning"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=log, text=True)
+    log.close()  # the child keeps its own descriptor
+    url = f"http://127.0.0.1:{port}"
+
+    def up():
+        if proc.poll() is not None:
+            raise AssertionError(f"reef serve exited with {proc.returncode}: {log_path.read_text()}")
+        try:
+            return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    wait_for(up, "reef serve to start")
+    return proc, url
+
+
+def test_sigkill_of_the_server_between_git_publish_and_database_write(tmp_path):
+    import httpx
+
+    from reef_core.testing import FakeUpstream
+
+    with FakeUpstream("openai", lambda body: "?") as up:
+        proc, url = _serve(tmp_path, up.url, fault=True)
+        try:
+            with httpx.Client(base_url=url, timeout=30) as client:
+                r = ask(client, "What is the capital of Italy?")
+                report(client, [r.headers["x-reef-agent-record-id"]], score=0.0, feedback="Name the capital")
+            assert proc.wait(timeout=60) == -signal.SIGKILL
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        state = tmp_path / "state"
+        assert len(_git_releases(state)) == 1
+        store = RecordStore(f"sqlite:///{state / 'reef.db'}")
+        assert store.list_releases("default") == []
+
+        proc, url = _serve(tmp_path, up.url, fault=False)
+        try:
+            with httpx.Client(base_url=url, timeout=30) as client:
+                chain = client.get("/reef/scenarios/default/releases").json()
+                [first] = chain["releases"]
+                assert chain["serving_release_id"] == first["release_id"]
+                assert first["git_commit"] == _git_releases(state)[0]
+                r = ask(client, "And of France?")
+                assert r.headers["x-reef-release-id"] == first["release_id"]
+                report(client, [r.headers["x-reef-agent-record-id"]], score=0.0, feedback="Be brief")
+                wait_for(lambda: len(client.get("/reef/scenarios/default/releases").json()["releases"]) == 2,
+                         "the next release")
+                second = client.get("/reef/scenarios/default/releases").json()["releases"][0]
+                assert second["sequence"] == 2 and second["parent_id"] == first["release_id"]
+                candidates = client.get("/reef/scenarios/default/candidates").json()["candidates"]
+                assert [c["status"] for c in candidates] == ["published", "published"]
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+        assert [r.git_commit for r in store.list_releases("default")] == _git_releases(state)
+        store.close()
