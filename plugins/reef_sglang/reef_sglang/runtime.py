@@ -89,7 +89,8 @@ class SGLangRuntime(Runtime):
         self.max_connections = max_connections
         self.adapters = AdapterTable()
         self._client: httpx.AsyncClient | None = None
-        self._activate_lock = asyncio.Lock()
+        self._admin_lock = asyncio.Lock()
+        self._resident: set[str] = set()  # adapter names loaded on the engine by this runtime
         self._background: set[asyncio.Task] = set()
 
     # ------------------------------------------------------------------ lifecycle
@@ -125,20 +126,30 @@ class SGLangRuntime(Runtime):
         await self.start()
         adapter_dir = release.adapter_dir
         name = version_name(release.scenario, release.release_id) if adapter_dir is not None else None
-        async with self._activate_lock:
-            if name is not None and not self.adapters.is_loaded(name):
+        # One lock orders every load, switch and unload, including drain-time unloads, so a
+        # rollback to a version that is just draining can never race its unload.
+        async with self._admin_lock:
+            if name is not None and name not in self._resident:
                 await self._admin("load", {"lora_name": name, "lora_path": str(adapter_dir)})
+                self._resident.add(name)
                 log.info("loaded adapter %s on %s", name, self.admin_url)
-            stale = self.adapters.activate(release.scenario, release.release_id, name)
-        for old in stale:
-            await self._unload(old)
+            for old in self.adapters.activate(release.scenario, release.release_id, name):
+                await self._unload_locked(old)
 
-    async def _unload(self, name: str) -> None:
+    async def _unload_drained(self, name: str) -> None:
+        async with self._admin_lock:
+            if not self.adapters.is_loaded(name):  # not revived by an activation meanwhile
+                await self._unload_locked(name)
+
+    async def _unload_locked(self, name: str) -> None:
+        if name not in self._resident:
+            return
         try:
             await self._admin("unload", {"lora_name": name})
             log.info("unloaded adapter %s", name)
         except RuntimeCallError as exc:  # the engine may have dropped it already (restart)
             log.warning("could not unload adapter %s: %s", name, exc)
+        self._resident.discard(name)
 
     async def _admin(self, action: str, payload: dict[str, Any]) -> Any:
         url = self.admin_url + ROUTES[self.flavor][action]
@@ -156,7 +167,7 @@ class SGLangRuntime(Runtime):
 
     def _release(self, version: Version) -> None:
         for name in self.adapters.release(version):
-            task = asyncio.get_running_loop().create_task(self._unload(name))
+            task = asyncio.get_running_loop().create_task(self._unload_drained(name))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 

@@ -196,3 +196,21 @@ def test_plugin_wiring_and_config_schema():
     assert all(params[k].default == v for k, v in options.items())
     with pytest.raises(ValueError, match="flavor"):
         SGLangRuntime(flavor="tgi")
+
+
+@pytest.mark.asyncio
+async def test_rollback_while_draining_revives_without_reloading(engine, runtime, tmp_path):
+    r1 = make_release(tmp_path, "s", "r1")
+    await runtime.activate(r1)
+    engine.gate.clear()
+    held = asyncio.create_task(runtime.complete(call("hold")))
+    assert await asyncio.to_thread(engine.holding.wait, 30)
+    await runtime.activate(make_release(tmp_path, "s", "r2"))
+    await runtime.activate(r1)  # roll back while r1 still serves the held request
+    assert set(engine.loaded) == {"s@r1"}  # r2 unused: unloaded at once
+    engine.gate.set()
+    assert (await held)["choices"][0]["message"]["content"] == "s@r1: hold"
+    await runtime.aclose()
+    assert set(engine.loaded) == {"s@r1"}  # the drain did not unload the revived version
+    loads = [body["lora_name"] for kind, body in engine.calls if kind == "load"]
+    assert loads == ["s@r1", "s@r2"]

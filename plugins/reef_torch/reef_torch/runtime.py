@@ -167,27 +167,31 @@ class LocalRuntime(Runtime):
         await self.start()
         adapter_dir = release.adapter_dir
         name = version_name(release.scenario, release.release_id) if adapter_dir is not None else None
+        if adapter_dir is not None and not (adapter_dir / "adapter_config.json").is_file():
+            raise RuntimeCallError(
+                f"Release {release.release_id} of scenario {release.scenario!r} has an adapter/ "
+                "directory without adapter_config.json; publish a PEFT adapter saved with "
+                "save_pretrained().",
+                status=500,
+            )
+
+        def swap() -> None:
+            # Runs on the worker thread, between two forwards, like every drain-time unload:
+            # loading, switching and unloading can never interleave with each other or a step.
+            if name is not None and name not in getattr(self.engine.model, "peft_config", {}):
+                self._load_adapter(name, adapter_dir)
+            for old in self.adapters.activate(release.scenario, release.release_id, name):
+                self._unload_adapter(old)
+
         async with self._activate_lock:
-            if name is not None and not self.adapters.is_loaded(name):
-                if not (adapter_dir / "adapter_config.json").is_file():
-                    raise RuntimeCallError(
-                        f"Release {release.release_id} of scenario {release.scenario!r} has an adapter/ "
-                        "directory without adapter_config.json; publish a PEFT adapter saved with "
-                        "save_pretrained().",
-                        status=500,
-                    )
-                fut = self.engine.call(lambda: self._load_adapter(name, adapter_dir))
-                try:
-                    await asyncio.wrap_future(fut)
-                except Exception as exc:
-                    raise RuntimeCallError(
-                        f"Could not load the adapter of release {release.release_id} ({adapter_dir}): {exc}. "
-                        "Check that it was trained on this runtime's base model.",
-                        status=500,
-                    ) from exc
-            stale = self.adapters.activate(release.scenario, release.release_id, name)
-        for old in stale:
-            await asyncio.wrap_future(self.engine.call(lambda old=old: self._unload_adapter(old)))
+            try:
+                await asyncio.wrap_future(self.engine.call(swap))
+            except Exception as exc:
+                raise RuntimeCallError(
+                    f"Could not load the adapter of release {release.release_id} ({adapter_dir}): {exc}. "
+                    "Check that it was trained on this runtime's base model.",
+                    status=500,
+                ) from exc
 
     def _load_adapter(self, name: str, path: Path) -> None:
         """Worker thread only: add adapter ``name`` to the serving model."""

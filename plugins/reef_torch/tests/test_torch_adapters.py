@@ -169,3 +169,35 @@ async def test_bad_adapter_dir_is_a_clear_error_and_serving_continues(runtime, t
         await runtime.activate(ActiveRelease(scenario="s", release_id="bad", path=path))
     text, adapter = await ask(runtime)
     assert adapter is None and text
+
+
+def lora_weight(rt, name):
+    layer = rt.engine.model.get_base_model().model.layers[0].self_attn.q_proj
+    return layer.lora_A[name].weight
+
+
+@pytest.mark.asyncio
+async def test_rollback_while_the_old_version_drains_revives_it_without_reloading(runtime, word_adapters, tmp_path):
+    r1 = release("s", "r1", tmp_path, word_adapters["banana"])
+    await runtime.activate(r1)
+    weight = lora_weight(runtime, "s@r1")
+    engine = runtime.engine
+    gate = Gate(engine, lambda row: row.req.adapter == "s@r1" and len(row.tokens) == 1)
+    held = asyncio.create_task(ask(runtime))
+    await gate.wait()
+    to_r2 = asyncio.create_task(runtime.activate(release("s", "r2", tmp_path, word_adapters["cherry"])))
+    await wait_until(lambda: len(engine._commands) == 1, "the swap to r2 is queued")
+    parked = Blocker(engine)
+    gate.open()
+    await parked.wait()
+    await to_r2
+    assert runtime.serving()["_draining"] == {"s@r1": 1}
+
+    back = asyncio.create_task(runtime.activate(r1))  # rollback while r1 still serves `held`
+    await wait_until(lambda: len(engine._commands) == 1, "the rollback is queued")
+    parked.open()
+    await back
+    assert await held == ("banana", "s@r1")
+    assert loaded(runtime) == {"s@r1"}  # r2 unloaded at once (unused), r1 kept
+    assert lora_weight(runtime, "s@r1") is weight  # revived, not loaded again
+    assert await ask(runtime) == ("banana", "s@r1")
