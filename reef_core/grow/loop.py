@@ -63,6 +63,7 @@ class LearningLoop:
         self._evaluators: dict[str, tuple[str, Any]] = {}
         self._serving_commits: dict[str, str] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._swap_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task] = []
         for scenario in self.configured_scenarios():
             self.recipe_for(scenario)
@@ -131,11 +132,10 @@ class LearningLoop:
     async def activate(self, stored: StoredRelease) -> Release:
         """Serve a release just published in the artifact store, then record it in the
         database (the order the crash recovery relies on) and tell observers."""
-        active = await asyncio.to_thread(self.chain.materialize, stored)
-        await self.reef.set_serving(active)
-        self._serving_commits[stored.scenario] = stored.commit
+        swapped = await self._swap(stored.scenario, stored.release_id, stored.commit, stored)
         row = await asyncio.to_thread(self.chain.record, stored)
-        self.reef.emit("release_published", release=row)
+        if swapped:
+            self.reef.emit("release_published", release=row)
         return row
 
     # ------------------------------------------------------------------ lifecycle
@@ -178,12 +178,20 @@ class LearningLoop:
                     reason="interrupted: the server stopped before this candidate was published; "
                            "its experience stays consumed")
 
-    async def _serve(self, head: Release) -> None:
-        serving = self.reef.serving_release(head.scenario)
-        if serving is None or serving.release_id != head.release_id:
-            active = await asyncio.to_thread(self.chain.materialize, head)
-            await self.reef.set_serving(active)
-        self._serving_commits[head.scenario] = head.git_commit or ""
+    async def _serve(self, head: Release) -> bool:
+        return await self._swap(head.scenario, head.release_id, head.git_commit or "", head)
+
+    async def _swap(self, scenario: str, release_id: str, commit: str, release: Release | StoredRelease) -> bool:
+        """Serve ``release`` unless it already serves; True when this call swapped it in. One
+        swap at a time, so the publisher and the follower never both announce a release."""
+        async with self._swap_lock:
+            serving = self.reef.serving_release(scenario)
+            swapped = serving is None or serving.release_id != release_id
+            if swapped:
+                active = await asyncio.to_thread(self.chain.materialize, release)
+                await self.reef.set_serving(active)
+            self._serving_commits[scenario] = commit
+            return swapped
 
     async def _follow(self) -> None:
         while True:
@@ -197,8 +205,8 @@ class LearningLoop:
                         head = await asyncio.to_thread(self.chain.head, scenario)
                         if head is not None and self._serving_commits.get(scenario) != head.git_commit:
                             log.info("%s: following release %s published elsewhere", scenario, head.release_id)
-                            await self._serve(head)
-                            self.reef.emit("release_published", release=head)
+                            if await self._serve(head):
+                                self.reef.emit("release_published", release=head)
             except asyncio.CancelledError:
                 raise
             except Exception:  # keep following; the next round retries

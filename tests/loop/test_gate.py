@@ -37,9 +37,14 @@ def test_losing_candidate_is_rejected_and_serving_is_unchanged(tmp_path):
     with FakeUpstream("openai", capital_model) as up:
         settings = settings_for(tmp_path, up, feedback_rules_config(batch_size=1, loop_enabled=False))
         with ReefServer(tmp_path, settings=settings) as server:
+            events = []
+            server.reef.listeners["candidate_evaluated"] = [
+                lambda candidate, evaluation, decision: events.append((candidate.id, decision.outcome))]
+            server.reef.listeners["release_published"] = [lambda release: events.append(release.release_id)]
             client = server.client()
             _feed(client, GOOD_FEEDBACK)
             won = _grow(client)
+            assert events == [(won["candidate_id"], "select"), won["release_id"]]
             assert won["outcome"] == "published"
 
             _feed(client, "Answer in a friendly tone")
@@ -47,6 +52,7 @@ def test_losing_candidate_is_rejected_and_serving_is_unchanged(tmp_path):
             assert lost["outcome"] == "rejected"
             assert lost["evaluation"]["metrics"]["wins"] == 0 and lost["evaluation"]["metrics"]["ties"] == 2
             assert "not above margin 0" in lost["reason"]
+            assert events[-1] == (lost["candidate_id"], "reject")
 
             releases = client.get("/reef/scenarios/default/releases").json()
             assert [r["release_id"] for r in releases["releases"]] == [won["release_id"]]

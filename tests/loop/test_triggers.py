@@ -99,6 +99,9 @@ def test_a_cli_rollback_is_followed_by_the_running_server(tmp_path):
                 report(client, [r.headers["x-reef-agent-record-id"]], score=0.0, feedback=feedback)
                 wait_for(lambda n=n: len(server.store.list_releases("default")) == n, f"release {n}")
             first = server.store.list_releases("default")[-1]
+            announced = []
+            server.reef.listeners.setdefault("release_published", []).append(
+                lambda release: announced.append(release.release_id))
             assert ask(client, "What is the capital of Japan?").json()["choices"][0]["message"]["content"] \
                 == "The capital is Tokyo."
 
@@ -113,6 +116,7 @@ def test_a_cli_rollback_is_followed_by_the_running_server(tmp_path):
             wait_for(lambda: (server.reef.serving_release("default") or None)
                      and server.reef.serving_release("default").release_id == head.release_id,
                      "the server to follow the CLI's release")
+            assert announced == [head.release_id]
             r = ask(client, "What is the capital of Japan?")
             assert r.headers["x-reef-release-id"] == head.release_id
             assert r.json()["choices"][0]["message"]["content"] == "I am not sure."
