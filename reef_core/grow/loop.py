@@ -17,7 +17,6 @@ from ..commit.artifacts import StoredRelease
 from ..commit.chain import ReleaseChain
 from ..commit.gate import EvalContext
 from ..commit.harness import HarnessCache
-from ..errors import NotFoundError
 from ..observe import build_filters, eligible
 from ..plugins import instantiate
 from ..store import Release
@@ -132,7 +131,7 @@ class LearningLoop:
     async def activate(self, stored: StoredRelease) -> Release:
         """Serve a release just published in the artifact store, then record it in the
         database (the order the crash recovery relies on) and tell observers."""
-        swapped = await self._swap(stored.scenario, stored.release_id, stored.commit, stored)
+        swapped = await self._swap(stored)
         row = await asyncio.to_thread(self.chain.record, stored)
         if swapped:
             self.reef.emit("release_published", release=row)
@@ -146,7 +145,7 @@ class LearningLoop:
         for scenario in sorted(self.store.scenario_names()):
             head = await asyncio.to_thread(self.chain.head, scenario)
             if head is not None:
-                await self._serve(head)
+                await self._swap(head)
         if not self.background:
             return
         self._tasks.append(asyncio.create_task(self._follow(), name="reef-release-follower"))
@@ -178,19 +177,17 @@ class LearningLoop:
                     reason="interrupted: the server stopped before this candidate was published; "
                            "its experience stays consumed")
 
-    async def _serve(self, head: Release) -> bool:
-        return await self._swap(head.scenario, head.release_id, head.git_commit or "", head)
-
-    async def _swap(self, scenario: str, release_id: str, commit: str, release: Release | StoredRelease) -> bool:
+    async def _swap(self, release: Release | StoredRelease) -> bool:
         """Serve ``release`` unless it already serves; True when this call swapped it in. One
         swap at a time, so the publisher and the follower never both announce a release."""
         async with self._swap_lock:
-            serving = self.reef.serving_release(scenario)
-            swapped = serving is None or serving.release_id != release_id
+            serving = self.reef.serving_release(release.scenario)
+            swapped = serving is None or serving.release_id != release.release_id
             if swapped:
                 active = await asyncio.to_thread(self.chain.materialize, release)
                 await self.reef.set_serving(active)
-            self._serving_commits[scenario] = commit
+            commit = release.commit if isinstance(release, StoredRelease) else release.git_commit
+            self._serving_commits[release.scenario] = commit or ""
             return swapped
 
     async def _follow(self) -> None:
@@ -205,7 +202,7 @@ class LearningLoop:
                         head = await asyncio.to_thread(self.chain.head, scenario)
                         if head is not None and self._serving_commits.get(scenario) != head.git_commit:
                             log.info("%s: following release %s published elsewhere", scenario, head.release_id)
-                            if await self._serve(head):
+                            if await self._swap(head):
                                 self.reef.emit("release_published", release=head)
             except asyncio.CancelledError:
                 raise
@@ -251,8 +248,6 @@ class LearningLoop:
 
     async def rollback(self, scenario: str, release_id: str) -> Release:
         """Publish ``release_id``'s content as the scenario's new head and serve it."""
-        if self.chain.head(scenario) is None:
-            raise NotFoundError(f"scenario {scenario!r} has no releases")
         stored = await asyncio.to_thread(self.chain.rollback, scenario, release_id)
         return await self.activate(stored)
 
