@@ -74,8 +74,9 @@ def make_adapter(model_dir: Path, out: Path, seed: int) -> Path:
 
 
 async def main(tokens: int, rounds: int) -> None:
-    from reef_core.types import ActiveRelease, InferenceCall
     from reef_torch import LocalRuntime
+
+    from reef_core.types import ActiveRelease, InferenceCall
 
     rt = LocalRuntime(max_batch_size=8, batch_window_ms=8)
     t0 = time.perf_counter()
@@ -134,7 +135,7 @@ async def main(tokens: int, rounds: int) -> None:
             try:
                 _, _, extras = await timed_complete(rt, PROMPTS[i], 16)
                 served.append((time.perf_counter(), extras["adapter"]))
-            except Exception as exc:  # counted, not raised: the number is the result
+            except Exception as exc:  # noqa: BLE001 - counted, not raised: the number is the result
                 failures.append(repr(exc))
 
     clients = [asyncio.create_task(client(i)) for i in range(6)]

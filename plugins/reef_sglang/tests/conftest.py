@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import pytest
-
 from fake_engine import FakeEngine, ServerThread
 
 

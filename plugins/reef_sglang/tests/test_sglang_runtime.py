@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from fake_engine import BASE
-from reef_core.errors import RuntimeCallError, RuntimeUnavailable
-from reef_core.types import ActiveRelease, InferenceCall
 from reef_sglang import SGLangRuntime
 from reef_sglang import plugin as sglang_plugin
+
+from reef_core.errors import RuntimeCallError, RuntimeUnavailable
+from reef_core.types import ActiveRelease, InferenceCall
 
 
 def call(text="hello", scenario="s", **body):

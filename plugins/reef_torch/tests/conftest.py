@@ -11,9 +11,8 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import pytest  # noqa: E402
-
-from reef_torch_testing import build_tiny_model  # noqa: E402
+import pytest
+from reef_torch_testing import build_tiny_model
 
 
 def pytest_configure(config):

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
-from reef_core.errors import RuntimeCallError
 from reef_torch.adapter_table import AdapterTable
 from reef_torch.engine import _safe_prefix_len
 from reef_torch.openai_format import completion_body, parse_chat_request
+
+from reef_core.errors import RuntimeCallError
 
 USER = [{"role": "user", "content": "hi"}]
 

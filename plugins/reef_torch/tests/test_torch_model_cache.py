@@ -7,9 +7,14 @@ from types import SimpleNamespace
 
 import pytest
 import transformers
-
 from reef_torch import model_loading
-from reef_torch.model_loading import MARKER, ModelLoadError, convert_gguf, resolve_dtype, resolve_model_dir
+from reef_torch.model_loading import (
+    MARKER,
+    ModelLoadError,
+    convert_gguf,
+    resolve_dtype,
+    resolve_model_dir,
+)
 
 
 class FakeModel:

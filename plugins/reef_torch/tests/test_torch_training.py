@@ -7,10 +7,6 @@ import math
 
 import pytest
 import torch
-from safetensors.torch import load_file
-from transformers import AutoTokenizer
-
-from reef_core.types import InferenceCall
 from reef_torch import LocalRuntime
 from reef_torch.training import (
     PolicyTrainer,
@@ -30,6 +26,10 @@ from reef_torch.training import (
     token_logprobs,
 )
 from reef_torch_testing import prompt_ids, release, train_word_adapter
+from safetensors.torch import load_file
+from transformers import AutoTokenizer
+
+from reef_core.types import InferenceCall
 
 PROMPTS = ["hello", "what is two plus two?", "tell me a story", "hi there"]
 
