@@ -34,6 +34,8 @@ log = logging.getLogger("reef.loop")
 FOLLOW_INTERVAL_S = 2.0
 #: evaluation timeout for evaluators that declare no ``timeout_s``
 DEFAULT_EVAL_TIMEOUT_S = 1800.0
+#: the scenario status counts eligible experience up to this many (a bound on its cost)
+STATUS_COUNT_CAP = 1000
 _INTERRUPTED = ("proposed", "evaluating", "selected")
 
 
@@ -257,7 +259,9 @@ class LearningLoop:
         evaluator_name, _ = self.evaluator_for(scenario)
         serving = self.reef.serving_release(scenario)
         worker = self.workers.get(scenario)
-        pending = len(eligible(self.store, scenario, filters)) if recipe.update_target != "none" else 0
+        pending = 0
+        if recipe.update_target != "none":
+            pending = len(eligible(self.store, scenario, filters, want=STATUS_COUNT_CAP))
         return {
             "recipe": recipe_name,
             "update_target": recipe.update_target,

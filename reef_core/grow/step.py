@@ -84,9 +84,9 @@ async def _step(lp: LearningLoop, scenario: str, trigger: str, progress: Any, re
     if recipe.update_target == "none":
         result.reason = f"recipe {recipe_name!r} records only; it proposes no updates"
         return
-    items = await asyncio.to_thread(eligible, store, scenario, filters)
-    result.eligible = len(items)
     size = int(recipe.batch_size or 0)
+    items = await asyncio.to_thread(eligible, store, scenario, filters, want=size if size > 0 else None)
+    result.eligible = len(items)
     if not items:
         result.reason = "no eligible experience (unconsumed reports passing the filters)"
         return

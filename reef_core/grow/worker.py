@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("reef.grow")
 
+#: how long a woken worker waits for more pokes before checking its scenario
+COALESCE_S = 0.2
+
 
 class ScenarioWorker:
     """The growth worker of one scenario."""
@@ -52,6 +55,7 @@ class ScenarioWorker:
     async def _run(self) -> None:
         while True:
             await self._wake.wait()
+            await asyncio.sleep(COALESCE_S)  # a burst of reports makes one eligibility check
             self._wake.clear()
             if self.lock.locked():
                 continue

@@ -19,8 +19,8 @@ from .experience import Experience, ExperienceRecord
 
 log = logging.getLogger("reef.observe")
 
-#: how many unconsumed reports one eligibility scan reads at most (oldest first)
-SCAN_LIMIT = 2000
+#: unconsumed reports read per page while looking for eligible experience
+PAGE_SIZE = 500
 
 
 @dataclass
@@ -68,25 +68,42 @@ def build_filters(specs: Iterable[FilterSpec], plugins: Plugins, **services: Any
     return built
 
 
-def load_pool(store: Any, scenario: str, *, limit: int = SCAN_LIMIT) -> list[Experience]:
-    """Unconsumed reports of ``scenario`` whose quoted records are all unconsumed, oldest first."""
-    reports = store.list_reports(scenario, unconsumed_only=True, limit=limit)
+def load_page(store: Any, scenario: str, *, after_seq: int | None = None,
+              limit: int | None = None) -> tuple[list[Experience], int | None]:
+    """One page of the pool: (experiences, cursor for the next page or None at the end).
+
+    The pool is every unconsumed report of ``scenario`` whose quoted records are all
+    unconsumed, oldest first.
+    """
+    limit = limit or PAGE_SIZE
+    reports = store.list_reports(scenario, unconsumed_only=True, after_seq=after_seq, limit=limit)
     if not reports:
-        return []
+        return [], None
     ref_ids = list(dict.fromkeys(r for rep in reports for r in (rep.references or [])))
     records = store.get_records(ref_ids)
     consumed = store.consumed(ref_ids)
-    pool: list[Experience] = []
+    page: list[Experience] = []
     for rep in reports:
         refs = list(rep.references or [])
         if any(r in consumed or r not in records for r in refs):
             continue
-        pool.append(Experience(
+        page.append(Experience(
             report_id=rep.id, scenario=rep.scenario, score=rep.score, feedback=rep.feedback,
             metadata=dict(rep.meta or {}), created_at=rep.created_at, report_seq=rep.seq,
             records=tuple(ExperienceRecord.from_row(records[r]) for r in refs),
         ))
-    return pool
+    return page, (reports[-1].seq if len(reports) == limit else None)
+
+
+def load_pool(store: Any, scenario: str) -> list[Experience]:
+    """The whole pool of ``scenario``, oldest first (every page)."""
+    pool: list[Experience] = []
+    cursor: int | None = None
+    while True:
+        page, cursor = load_page(store, scenario, after_seq=cursor)
+        pool += page
+        if cursor is None:
+            return pool
 
 
 def filter_context(store: Any, scenario: str) -> FilterContext:
@@ -98,17 +115,32 @@ def filter_context(store: Any, scenario: str) -> FilterContext:
     )
 
 
-def eligible(store: Any, scenario: str, filters: Sequence[tuple[str, Any]]) -> list[Experience]:
-    """The scenario's eligible experiences after every filter, oldest first."""
-    items = load_pool(store, scenario)
-    if not items:
-        return []
+def eligible(store: Any, scenario: str, filters: Sequence[tuple[str, Any]], *,
+             want: int | None = None) -> list[Experience]:
+    """The scenario's eligible experiences after every filter, oldest first.
+
+    Pages through the pool and stops once ``want`` are found (None: reads it all), so reports
+    that never become eligible (say, well-scored ones under ``score_window``) can pile up
+    without hiding newer eligible ones. Filters see the experiences kept so far plus each new
+    page, so ``dedup`` compares across pages.
+    """
     ctx = filter_context(store, scenario)
+    kept: list[Experience] = []
+    cursor: int | None = None
+    while True:
+        page, cursor = load_page(store, scenario, after_seq=cursor)
+        if page:
+            kept = _apply(filters, kept + page, ctx)
+        if cursor is None or (want is not None and len(kept) >= want):
+            return kept
+
+
+def _apply(filters: Sequence[tuple[str, Any]], items: list[Experience], ctx: FilterContext) -> list[Experience]:
     for name, flt in filters:
         before = len(items)
         items = list(flt.apply(items, ctx))
         if len(items) != before:
-            log.debug("filter %s kept %d of %d experiences of %s", name, len(items), before, scenario)
+            log.debug("filter %s kept %d of %d experiences of %s", name, len(items), before, ctx.scenario)
         if not items:
             break
     return items

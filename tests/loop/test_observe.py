@@ -124,3 +124,18 @@ def test_filter_chain_from_recipe_and_config_declarations(store):
         parse_filter_spec(42)
     with pytest.raises(ConfigError, match="unknown record filter 'nope'"):
         build_filters(["nope"], get_plugins())
+
+
+def test_ineligible_reports_never_hide_newer_eligible_ones(store, monkeypatch):
+    from reef_core.observe import eligibility
+
+    monkeypatch.setattr(eligibility, "PAGE_SIZE", 3)
+    filters = build_filters(["scored", ("score_window", {"max": 0.5}), "dedup"], get_plugins(), store=store)
+    for i in range(7):
+        _report(store, [_record(store, text=f"fine {i}")], score=1.0)
+    first = _report(store, [_record(store, text="bad")], score=0.0)
+    _report(store, [_record(store, text="bad")], score=0.0)  # a duplicate on a later page
+    last = _report(store, [_record(store, text="worse")], score=0.0)
+    assert [e.report_id for e in eligible(store, "s", filters)] == [first, last]
+    assert [e.report_id for e in eligible(store, "s", filters, want=1)] == [first]
+    assert len(load_pool(store, "s")) == 10
