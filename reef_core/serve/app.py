@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from contextlib import asynccontextmanager
 
+import anyio
 from fastapi import FastAPI
 
 from ..kernel import Reef
@@ -32,8 +33,11 @@ def create_app(reef: Reef) -> FastAPI:
             yield
         finally:
             state.started = False
-            # uvicorn has finished the requests in flight: flush their records, then stop.
-            state.writer.close()
+            # uvicorn has let requests finish (or cancelled them after its grace period); give
+            # cancelled ones a moment to queue their records, flush the writer off the loop,
+            # then stop the kernel.
+            await state.drain()
+            await anyio.to_thread.run_sync(state.writer.close)
             await reef.stop()
 
     app = FastAPI(title="Reef", version="0.1.0", lifespan=lifespan,

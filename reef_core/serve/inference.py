@@ -117,22 +117,42 @@ async def _fail(state: ServeState, ex: Exchange, call: InferenceCall | None, exc
 async def complete(state: ServeState, ex: Exchange) -> Response:
     """Answer a non-streamed request; returns once the record is durable."""
     call = make_call(state, ex)  # a body that cannot be translated is the client's 400
+    state.inflight += 1
+    submitted = False
     try:
-        answer = await state.reef.runtime.complete(call)
-        body = translate_response(answer, state.runtime_dialect, ex.dialect)
-    except Exception as exc:
-        return await _fail(state, ex, call, exc)
-    record = ex.record(call, state.runtime_name, status="ok", response=body)
+        try:
+            answer = await state.reef.runtime.complete(call)
+            body = translate_response(answer, state.runtime_dialect, ex.dialect)
+        except Exception as exc:
+            submitted = True
+            return await _fail(state, ex, call, exc)
+        record = ex.record(call, state.runtime_name, status="ok", response=body)
+        submitted = True
+        try:
+            await state.writer.write(record)
+        except Exception as exc:
+            log.error("could not store record %s: %s", ex.record_id, exc)
+            state.metrics.record_failures.inc()
+            return error_response(ex.dialect, 500, "the answer could not be recorded durably, so it is "
+                                                    "withheld; retry the request", headers=ex.headers())
+        state.metrics.requests.labels(ex.route, ex.scenario, "ok").inc()
+        state.metrics.latency.labels(ex.route, "false").observe(time.perf_counter() - ex.started)
+        return Response(jsonfast.dumps(body), media_type="application/json", headers=ex.headers())
+    except BaseException:  # cancelled (server shutting down): the attempt is still recorded
+        if not submitted:
+            _submit_quietly(state, ex.record(call, state.runtime_name, status="incomplete",
+                                             error="cancelled before the runtime answered (server shutting down)"))
+        raise
+    finally:
+        state.inflight -= 1
+
+
+def _submit_quietly(state: ServeState, record: Record) -> None:
     try:
-        await state.writer.write(record)
+        state.writer.submit(record)
+        state.metrics.requests.labels(record.route or "", record.scenario, record.status).inc()
     except Exception as exc:
-        log.error("could not store record %s: %s", ex.record_id, exc)
-        state.metrics.record_failures.inc()
-        return error_response(ex.dialect, 500, "the answer could not be recorded durably, so it is "
-                                                "withheld; retry the request", headers=ex.headers())
-    state.metrics.requests.labels(ex.route, ex.scenario, "ok").inc()
-    state.metrics.latency.labels(ex.route, "false").observe(time.perf_counter() - ex.started)
-    return Response(jsonfast.dumps(body), media_type="application/json", headers=ex.headers())
+        log.error("could not queue %s record %s: %s", record.status, record.id, exc)
 
 
 def _sse(dialect: str, event: dict[str, Any]) -> bytes:
@@ -161,103 +181,137 @@ def _open_stream(state: ServeState, call: InferenceCall) -> AsyncIterator[list[d
     return _single_events(runtime.stream(call).__aiter__())
 
 
+class _StreamJob:
+    """The bookkeeping of one streamed answer, finalized exactly once however it ends:
+    finished, broken upstream, client gone, cancelled at shutdown, or never started (a
+    client that leaves before the first byte: the body generator then never runs)."""
+
+    def __init__(self, state: ServeState, ex: Exchange, call: InferenceCall,
+                 batches: AsyncIterator[list[dict[str, Any]]]):
+        self.state = state
+        self.ex = ex
+        self.call = call
+        self.batches = batches
+        self.assembler = StreamAssembler(ex.dialect)
+        self.recorded = False
+        self.closed = False
+        self.error = "the client disconnected before the stream finished"
+
+    def record(self, status: str, error: str | None = None) -> Record:
+        self.recorded = True
+        return self.ex.record(self.call, self.state.runtime_name, status=status,
+                              response=self.assembler.result(), error=error)
+
+    async def finalize(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if not self.recorded:
+                _submit_quietly(self.state, self.record("incomplete", self.error))
+            aclose = getattr(self.batches, "aclose", None)
+            if aclose is not None:
+                try:
+                    await aclose()
+                except Exception:
+                    log.debug("closing the runtime stream failed", exc_info=True)
+        finally:
+            self.state.inflight -= 1
+
+
+class _RecordedStream(StreamingResponse):
+    """A StreamingResponse that finalizes its job when the response ends, whatever the cause."""
+
+    def __init__(self, job: _StreamJob, content: AsyncIterator[bytes], **kwargs: Any):
+        super().__init__(content, **kwargs)
+        self.job = job
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.job.finalize()
+
+
 async def stream(state: ServeState, ex: Exchange) -> Response:
     """Answer a streamed request. Upstream errors before the first event are plain error answers."""
     call = make_call(state, ex)
+    state.inflight += 1
     try:
         batches = _open_stream(state, call)
         try:
             first: list[dict[str, Any]] = await batches.__anext__()
         except StopAsyncIteration:
             first = []
-    except Exception as exc:
-        return await _fail(state, ex, call, exc)
+    except BaseException as exc:
+        state.inflight -= 1
+        if isinstance(exc, Exception):
+            return await _fail(state, ex, call, exc)
+        _submit_quietly(state, ex.record(call, state.runtime_name, status="incomplete",
+                                         error="cancelled before the runtime answered (server shutting down)"))
+        raise
     state.metrics.first_byte.labels(ex.route).observe(time.perf_counter() - ex.started)
-    translator = stream_translator(state.runtime_dialect, ex.dialect)
-    return StreamingResponse(_relay(state, ex, call, batches, first, translator),
-                             media_type="text/event-stream", headers={**ex.headers(), **_SSE_HEADERS})
+    job = _StreamJob(state, ex, call, batches)
+    return _RecordedStream(job, _relay(job, first, stream_translator(state.runtime_dialect, ex.dialect)),
+                           media_type="text/event-stream", headers={**ex.headers(), **_SSE_HEADERS})
 
 
-async def _relay(state: ServeState, ex: Exchange, call: InferenceCall,
-                 batches: AsyncIterator[list[dict[str, Any]]], first: list[dict[str, Any]],
-                 translator: Any) -> AsyncIterator[bytes]:
+async def _relay(job: _StreamJob, first: list[dict[str, Any]], translator: Any) -> AsyncIterator[bytes]:
+    state, ex, assembler = job.state, job.ex, job.assembler
     dialect = ex.dialect
-    assembler = StreamAssembler(dialect)
     # OpenAI: Reef asks the runtime for usage (for the record); the client sees it only if it asked.
     drop_usage = dialect == "openai" and not _client_wants_usage(ex.body)
     held_stop: dict[str, Any] | None = None  # Anthropic message_stop, sent after the record is durable
-    recorded = False
-    error = "the client disconnected before the stream finished"
     try:
-        try:
-            batch: list[dict[str, Any]] | None = first
-            while True:
-                if batch is None:
-                    pending = translator.finish()
-                else:
-                    pending = [out for ev in batch for out in translator.feed(ev)]
-                chunk = b""
-                for ev in pending:
-                    if dialect == "anthropic" and ev.get("type") == "message_stop":
-                        held_stop = ev
-                        continue
-                    assembler.add(ev)
-                    if drop_usage and is_usage_chunk(ev):
-                        continue
-                    chunk += _sse(dialect, ev)
-                if chunk:
-                    yield chunk
-                if batch is None:
-                    break
-                try:
-                    batch = await batches.__anext__()
-                except StopAsyncIteration:
-                    batch = None
-        except Exception as exc:  # upstream broke mid-stream: record incomplete, tell the client
-            error = str(exc) if isinstance(exc, RuntimeCallError) else f"{type(exc).__name__}: {exc}"
-            status = exc.status if isinstance(exc, RuntimeCallError) else 502
-            state.metrics.upstream_errors.labels(str(status)).inc()
-            recorded = True
-            state.writer.submit(ex.record(call, state.runtime_name, status="incomplete",
-                                          response=assembler.result(), error=error))
-            state.metrics.requests.labels(ex.route, ex.scenario, "incomplete").inc()
-            # Tell the client in-band: both SDKs raise on an error event inside a stream.
-            yield _sse(dialect, error_body(dialect, status, error, error_type="api_error"))
-            return
-        record = ex.record(call, state.runtime_name, status="ok", response=assembler.result())
-        recorded = True
-        try:
-            await state.writer.write(record)
-        except Exception as exc:  # no durable record, so no receipt marker: the client is told
-            log.error("could not store record %s: %s", ex.record_id, exc)
-            state.metrics.record_failures.inc()
-            yield _sse(dialect, error_body(dialect, 500, "the answer could not be recorded durably; "
-                                                         "retry the request", error_type="api_error"))
-            return
-        marker = {"agent_record_id": ex.record_id, "release_id": ex.release_id}
-        if dialect == "openai":
-            base = assembler.base
-            yield _sse(dialect, {"id": base.get("id", ""), "object": "chat.completion.chunk",
-                                 "created": base.get("created", int(time.time())), "model": base.get("model", ""),
-                                 "choices": [], "reef": marker}) + b"data: [DONE]\n\n"
-        else:
-            stop = dict(held_stop or {"type": "message_stop"})
-            stop["reef"] = marker
-            yield _sse(dialect, stop)
-        state.metrics.requests.labels(ex.route, ex.scenario, "ok").inc()
-        state.metrics.latency.labels(ex.route, "true").observe(time.perf_counter() - ex.started)
-    finally:
-        if not recorded:  # cancelled (client gone) or the writer failed before marking it
+        batch: list[dict[str, Any]] | None = first
+        while True:
+            if batch is None:
+                pending = translator.finish()
+            else:
+                pending = [out for ev in batch for out in translator.feed(ev)]
+            chunk = b""
+            for ev in pending:
+                if dialect == "anthropic" and ev.get("type") == "message_stop":
+                    held_stop = ev
+                    continue
+                assembler.add(ev)
+                if drop_usage and is_usage_chunk(ev):
+                    continue
+                chunk += _sse(dialect, ev)
+            if chunk:
+                yield chunk
+            if batch is None:
+                break
             try:
-                state.writer.submit(ex.record(call, state.runtime_name, status="incomplete",
-                                              response=assembler.result(), error=error))
-                state.metrics.requests.labels(ex.route, ex.scenario, "incomplete").inc()
-            except Exception as exc:
-                log.error("could not queue incomplete record %s: %s", ex.record_id, exc)
-        aclose = getattr(batches, "aclose", None)
-        if aclose is not None:
-            with anyio.CancelScope(shield=True):
-                try:
-                    await aclose()
-                except Exception:
-                    log.debug("closing the runtime stream failed", exc_info=True)
+                batch = await job.batches.__anext__()
+            except StopAsyncIteration:
+                batch = None
+    except Exception as exc:  # upstream broke mid-stream: record incomplete, tell the client
+        error = str(exc) if isinstance(exc, RuntimeCallError) else f"{type(exc).__name__}: {exc}"
+        status = exc.status if isinstance(exc, RuntimeCallError) else 502
+        state.metrics.upstream_errors.labels(str(status)).inc()
+        _submit_quietly(state, job.record("incomplete", error))
+        # Tell the client in-band: both SDKs raise on an error event inside a stream.
+        yield _sse(dialect, error_body(dialect, status, error, error_type="api_error"))
+        return
+    try:
+        await state.writer.write(job.record("ok"))
+    except Exception as exc:  # no durable record, so no receipt marker: the client is told
+        log.error("could not store record %s: %s", ex.record_id, exc)
+        state.metrics.record_failures.inc()
+        yield _sse(dialect, error_body(dialect, 500, "the answer could not be recorded durably; "
+                                                     "retry the request", error_type="api_error"))
+        return
+    marker = {"agent_record_id": ex.record_id, "release_id": ex.release_id}
+    if dialect == "openai":
+        base = assembler.base
+        yield _sse(dialect, {"id": base.get("id", ""), "object": "chat.completion.chunk",
+                             "created": base.get("created", int(time.time())), "model": base.get("model", ""),
+                             "choices": [], "reef": marker}) + b"data: [DONE]\n\n"
+    else:
+        stop = dict(held_stop or {"type": "message_stop"})
+        stop["reef"] = marker
+        yield _sse(dialect, stop)
+    state.metrics.requests.labels(ex.route, ex.scenario, "ok").inc()
+    state.metrics.latency.labels(ex.route, "true").observe(time.perf_counter() - ex.started)

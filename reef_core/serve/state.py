@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import asyncio
+import time
+from dataclasses import dataclass
 
 from ..kernel import Reef
 from .metrics import Metrics
@@ -22,7 +24,14 @@ class ServeState:
     max_body_bytes: int
     default_max_tokens: int
     started: bool = False
-    extra: dict = field(default_factory=dict)
+    #: inference requests running now (streams until their record is queued)
+    inflight: int = 0
+
+    async def drain(self, timeout: float = 10.0) -> None:
+        """Wait until no inference request is running (their records are queued), or timeout."""
+        deadline = time.monotonic() + timeout
+        while self.inflight > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
 
     @classmethod
     def build(cls, reef: Reef, metrics: Metrics) -> "ServeState":

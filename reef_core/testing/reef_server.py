@@ -44,13 +44,15 @@ class ReefServer:
     ``overrides`` are Hydra overrides (``server.default_scenario=s``); ``runtime`` replaces the
     configured runtime with an instance (e.g. a scripted one); ``token`` is sent by
     ``client()`` / ``openai()`` / ``anthropic()`` when given. Leaving the block flushes the
-    record writer and stops the kernel, like a server shutdown.
+    record writer and stops the kernel, like a server shutdown (requests still running after
+    ``graceful_s`` seconds are cancelled first).
     """
 
     def __init__(self, state_dir: str | Path, overrides: Iterable[str] = (), *,
                  upstream: FakeUpstream | str | None = None, dialect: str | None = None,
                  tokens: list[dict[str, Any]] | None = None, token: str | None = None,
-                 settings: Settings | None = None, runtime: Any = None, log_level: str = "warning"):
+                 settings: Settings | None = None, runtime: Any = None, log_level: str = "warning",
+                 graceful_s: float = 5):
         from ..plugins import get_plugins
         from ..serve.app import create_app
 
@@ -59,7 +61,7 @@ class ReefServer:
         self.token = token
         self.reef = Reef(self.settings, get_plugins(), runtime=runtime)
         self.app = create_app(self.reef)
-        self._server = ServerThread(self.app, log_level=log_level)
+        self._server = ServerThread(self.app, log_level=log_level, graceful_s=graceful_s)
 
     @property
     def url(self) -> str:
