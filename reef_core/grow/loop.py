@@ -55,7 +55,6 @@ class LearningLoop:
         self.scratch_root = state / "scratch"
         self.candidates_root = state / "candidates"
         self.scratch_root.mkdir(parents=True, exist_ok=True)
-        self.log_progress = LogProgress(logging.getLogger("reef.progress"))
         self.default_eval_timeout_s = DEFAULT_EVAL_TIMEOUT_S
         #: False for one-shot use (the CLI): no workers, schedule or follower on start
         self.background = True
@@ -114,7 +113,8 @@ class LearningLoop:
             model = models[0] if models else None
         return EvalContext(scenario=scenario, runtime=runtime, loop=self._running_loop(),
                            apply_harness=self.harness.apply, log=logging.getLogger("reef.eval"),
-                           progress=progress or self.log_progress, default_model=model)
+                           progress=progress or LogProgress(logging.getLogger("reef.progress"), label=scenario),
+                           default_model=model)
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         return self._loop or asyncio.get_running_loop()

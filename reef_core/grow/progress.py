@@ -33,11 +33,14 @@ class ProgressTask:
 class LogProgress:
     """Progress as log lines (at most about ten per task), for server-side growth."""
 
-    def __init__(self, logger: logging.Logger):
+    def __init__(self, logger: logging.Logger, label: str = ""):
         self.log = logger
+        self.label = label
 
     @contextmanager
     def task(self, description: str, total: int | None = None) -> Iterator[ProgressTask]:
+        if self.label:
+            description = f"{self.label}: {description}"
         step = max((total or 0) // 10, 1)
         self.log.info("%s: started%s", description, f" ({total} steps)" if total else "")
 

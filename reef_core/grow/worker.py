@@ -11,6 +11,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from .progress import LogProgress
 from .step import StepResult, run_step
 
 if TYPE_CHECKING:
@@ -72,7 +73,8 @@ class ScenarioWorker:
     async def step(self, trigger: str, progress: Any = None) -> StepResult:
         """Run one step now (waits for a running one to finish first)."""
         async with self.lock:
-            result = await run_step(self.lp, self.scenario, trigger, progress or self.lp.log_progress)
+            progress = progress or LogProgress(logging.getLogger("reef.progress"), label=self.scenario)
+            result = await run_step(self.lp, self.scenario, trigger, progress)
             if result.outcome != "nothing" or trigger == "manual":
                 self.last_step = result
                 self.steps += 1
