@@ -130,6 +130,9 @@ def test_rollback_route_republishes_old_content(tmp_path):
             reader = server.client(token="rd")
             assert reader.post("/reef/scenarios/default/rollback",
                                json={"release_id": first["release_id"]}).status_code == 403
+            assert reader.post("/reef/scenarios/default/grow").status_code == 403
+            assert reader.get("/reef/scenarios/default/releases").status_code == 200
+            assert server.client(token="wrong").get("/reef/harness").status_code == 401
             assert client.post("/reef/scenarios/default/rollback",
                                json={"release_id": "rel_nope"}).status_code == 404
 
