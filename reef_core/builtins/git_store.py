@@ -99,15 +99,21 @@ class GitArtifactStore:
             if not (self.path / "HEAD").exists():
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 git.Repo.init(self.path, bare=True, mkdir=True).close()
+            wanted = {("gc", "auto"): "0"}
+            if self.lfs_available:
+                wanted.update({('filter "lfs"', "clean"): "git-lfs clean -- %f",
+                               ('filter "lfs"', "smudge"): "git-lfs smudge -- %f",
+                               ('filter "lfs"', "process"): "git-lfs filter-process",
+                               ('filter "lfs"', "required"): "true"})
             repo = git.Repo(self.path)
             try:
-                with repo.config_writer() as cw:
-                    if self.lfs_available:
-                        cw.set_value('filter "lfs"', "clean", "git-lfs clean -- %f")
-                        cw.set_value('filter "lfs"', "smudge", "git-lfs smudge -- %f")
-                        cw.set_value('filter "lfs"', "process", "git-lfs filter-process")
-                        cw.set_value('filter "lfs"', "required", "true")
-                    cw.set_value("gc", "auto", "0")
+                reader = repo.config_reader("repository")
+                # gitpython reads "0"/"true" back as 0/True, hence the comparison as lowercase text
+                missing = {k: v for k, v in wanted.items() if str(reader.get_value(*k, default="")).lower() != v}
+                if missing:  # written once, so processes starting together rarely race on config.lock
+                    with repo.config_writer() as cw:
+                        for (section, option), value in missing.items():
+                            cw.set_value(section, option, value)
             finally:
                 repo.close()
             info = self.path / "info"
@@ -132,6 +138,26 @@ class GitArtifactStore:
             self._manifests[commit] = cached
         return cached
 
+    def _load_manifests(self, commits: list[str]) -> None:
+        """Read the manifests of ``commits`` with one ``git cat-file --batch``."""
+        if not commits:
+            return
+        with tempfile.TemporaryFile() as requests:
+            requests.write("".join(f"{c}:{MANIFEST}\n" for c in commits).encode())
+            requests.seek(0)
+            self._ensure_repo()
+            out = git.Git().execute(["git", f"--git-dir={self.path}", "cat-file", "--batch"], istream=requests,
+                                    env=dict(_ENV), stdout_as_string=False, strip_newline_in_stdout=False)
+        pos = 0
+        for commit in commits:
+            end = out.index(b"\n", pos)
+            header = out[pos:end].decode().split()
+            if len(header) != 3 or header[1] != "blob":
+                raise ArtifactError(f"release commit {commit} in {self.path} has no {MANIFEST}")
+            size = int(header[2])
+            self._manifests[commit] = json.loads(out[end + 1:end + 1 + size])
+            pos = end + 1 + size + 1
+
     def _resolve(self, scenario: str) -> str | None:
         status, out, _ = self._git("rev-parse", "-q", "--verify", scenario_ref(scenario) + "^{commit}", check=False)
         return out.strip() if status == 0 and out.strip() else None
@@ -149,7 +175,9 @@ class GitArtifactStore:
         if head is None:
             return []
         _, out, _ = self._git("rev-list", "--first-parent", head)
-        return [StoredRelease(c, self._manifest(c)) for c in out.split()]
+        commits = out.split()
+        self._load_manifests([c for c in commits if c not in self._manifests])
+        return [StoredRelease(c, self._manifests[c]) for c in commits]
 
     def scenarios(self) -> list[str]:
         """Scenarios that have a release chain."""
