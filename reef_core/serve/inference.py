@@ -195,6 +195,9 @@ class _StreamJob:
         self.assembler = StreamAssembler(ex.dialect)
         self.recorded = False
         self.closed = False
+        #: set when the server sees the client's disconnect (sends to a gone client are no-ops,
+        #: so without this a stream already buffered upstream would be recorded as delivered)
+        self.client_gone = False
         self.error = "the client disconnected before the stream finished"
 
     def record(self, status: str, error: str | None = None) -> Record:
@@ -227,8 +230,16 @@ class _RecordedStream(StreamingResponse):
         self.job = job
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        job = self.job
+
+        async def watched_receive() -> Any:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                job.client_gone = True
+            return message
+
         try:
-            await super().__call__(scope, receive, send)
+            await super().__call__(scope, watched_receive, send)
         finally:
             with anyio.CancelScope(shield=True):
                 await self.job.finalize()
@@ -266,6 +277,8 @@ async def _relay(job: _StreamJob, first: list[dict[str, Any]], translator: Any) 
     try:
         batch: list[dict[str, Any]] | None = first
         while True:
+            if job.client_gone:
+                return  # finalize() records it incomplete
             if batch is None:
                 pending = translator.finish()
             else:
@@ -294,6 +307,8 @@ async def _relay(job: _StreamJob, first: list[dict[str, Any]], translator: Any) 
         _submit_quietly(state, job.record("incomplete", error))
         # Tell the client in-band: both SDKs raise on an error event inside a stream.
         yield _sse(dialect, error_body(dialect, status, error, error_type="api_error"))
+        return
+    if job.client_gone:
         return
     try:
         await state.writer.write(job.record("ok"))

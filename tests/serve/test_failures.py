@@ -137,3 +137,20 @@ def test_store_failure_withholds_the_answer(tmp_path, streamed):
             assert r.status_code == 500 and "recorded durably" in r.json()["error"]["message"]
         text = reef.client().get("/metrics").text
         assert "reef_record_write_failures_total 1.0" in text
+
+
+@pytest.mark.parametrize("route,body", [("/v1/chat/completions", CHAT), ("/v1/messages", MSG)])
+def test_client_gone_before_the_first_event_leaves_incomplete_record(reefs, upstreams, route, body):
+    up, reef = upstreams["openai"], reefs["openai"]
+    before = {r.id for r in reef.store.list_records("default", limit=None)}
+    up.stall_stream(after_events=0)  # headers upstream, then nothing: Reef has not answered yet
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{reef.url}{route}", json={**body, "stream": True}, timeout=httpx.Timeout(5, read=0.3))
+    up.release()  # the upstream goes on; Reef answers a client that has left
+    deadline = time.monotonic() + 10
+    new = []
+    while time.monotonic() < deadline and not new:
+        new = [r for r in reef.store.list_records("default", limit=None) if r.id not in before]
+        time.sleep(0.02)
+    assert len(new) == 1
+    assert new[0].status == "incomplete" and "disconnected" in new[0].error
