@@ -93,15 +93,15 @@ def test_a_cli_rollback_is_followed_by_the_running_server(tmp_path):
     with FakeUpstream("openai", capital_model) as up:
         settings = settings_for(tmp_path, up, config)
         with ReefServer(tmp_path, settings=settings) as server:
+            announced = []
+            server.reef.listeners.setdefault("release_published", []).append(
+                lambda release: announced.append(release.release_id))
             client = server.client()
             for n, feedback in enumerate(["Be brief", GOOD_FEEDBACK], 1):
                 r = ask(client, f"q{n}")
                 report(client, [r.headers["x-reef-agent-record-id"]], score=0.0, feedback=feedback)
                 wait_for(lambda n=n: len(server.store.list_releases("default")) == n, f"release {n}")
             first = server.store.list_releases("default")[-1]
-            announced = []
-            server.reef.listeners.setdefault("release_published", []).append(
-                lambda release: announced.append(release.release_id))
             assert ask(client, "What is the capital of Japan?").json()["choices"][0]["message"]["content"] \
                 == "The capital is Tokyo."
 
@@ -113,10 +113,9 @@ def test_a_cli_rollback_is_followed_by_the_running_server(tmp_path):
             assert "rollback to " + first.release_id in cli.stdout
             head = server.store.head_release("default")
             assert head.operation == "rollback" and head.content_hash == first.content_hash
-            wait_for(lambda: (server.reef.serving_release("default") or None)
-                     and server.reef.serving_release("default").release_id == head.release_id,
-                     "the server to follow the CLI's release")
-            assert announced == [head.release_id]
+            wait_for(lambda: head.release_id in announced, "the server to follow the CLI's release")
+            assert server.reef.serving_release("default").release_id == head.release_id
+            assert announced == [r.release_id for r in reversed(server.store.list_releases("default"))]
             r = ask(client, "What is the capital of Japan?")
             assert r.headers["x-reef-release-id"] == head.release_id
             assert r.json()["choices"][0]["message"]["content"] == "I am not sure."
