@@ -102,3 +102,17 @@ def report(client: Any, receipts: list[str], *, score: float | None, feedback: A
     r = client.post("/reef/report", json=body, headers=headers)
     assert r.status_code == 200, r.text
     return r.json()
+
+
+def wait_published(client: Any, count: int, scenario: str = "default") -> list[dict[str, Any]]:
+    """Wait until the scenario has ``count`` releases and the growth step that published the
+    newest has finished (its candidate is marked published by then); return the releases."""
+
+    def done() -> list[dict[str, Any]] | None:
+        releases = client.get(f"/reef/scenarios/{scenario}/releases").json()["releases"]
+        if len(releases) != count:
+            return None
+        last = client.get(f"/reef/scenarios/{scenario}").json()["loop"]["last_step"] or {}
+        return releases if last.get("release_id") == releases[0]["release_id"] else None
+
+    return wait_for(done, f"release {count} of {scenario}")

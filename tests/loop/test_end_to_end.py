@@ -14,7 +14,7 @@ from .conftest import (
     feedback_rules_config,
     report,
     settings_for,
-    wait_for,
+    wait_published,
 )
 
 
@@ -31,8 +31,7 @@ def test_feedback_becomes_a_rule_that_serves_the_next_request(tmp_path):
             report(client, [second.headers["x-reef-agent-record-id"]], score=0.0,
                    feedback={"text": "  - always NAME the capital city explicitly!  "})
 
-            releases = wait_for(lambda: client.get("/reef/scenarios/default/releases").json()["releases"],
-                                "the first release")
+            releases = wait_published(client, 1)
             assert len(releases) == 1 and releases[0]["operation"] == "train"
             release_id = releases[0]["release_id"]
 
@@ -77,7 +76,7 @@ def test_harness_routes_and_install_script(tmp_path):
             assert client.get("/reef/harness").status_code == 404
             r = ask(client, "What is the capital of France?")
             report(client, [r.headers["x-reef-agent-record-id"]], score=0.1, feedback=GOOD_FEEDBACK)
-            wait_for(lambda: client.get("/reef/scenarios/default/releases").json()["releases"], "a release")
+            wait_published(client, 1)
 
             tree = client.get("/reef/harness")
             assert tree.status_code == 200
@@ -123,8 +122,7 @@ def test_rollback_route_republishes_old_content(tmp_path):
             for n, feedback in enumerate(["Be brief", "Cite sources"], 1):
                 r = ask(client, f"question {n}")
                 report(client, [r.headers["x-reef-agent-record-id"]], score=0.0, feedback=feedback)
-                wait_for(lambda n=n: len(client.get("/reef/scenarios/default/releases").json()["releases"]) == n,
-                         f"release {n}")
+                wait_published(client, n)
             first, second = reversed(client.get("/reef/scenarios/default/releases").json()["releases"])
 
             reader = server.client(token="rd")

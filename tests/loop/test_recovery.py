@@ -21,6 +21,7 @@ from .conftest import (
     report,
     settings_for,
     wait_for,
+    wait_published,
     write_config,
 )
 
@@ -296,8 +297,7 @@ def test_sigkill_of_the_server_between_git_publish_and_database_write(tmp_path):
                 r = ask(client, "And of France?")
                 assert r.headers["x-reef-release-id"] == first["release_id"]
                 report(client, [r.headers["x-reef-agent-record-id"]], score=0.0, feedback="Be brief")
-                wait_for(lambda: len(client.get("/reef/scenarios/default/releases").json()["releases"]) == 2,
-                         "the next release")
+                wait_published(client, 2)
                 second = client.get("/reef/scenarios/default/releases").json()["releases"][0]
                 assert second["sequence"] == 2 and second["parent_id"] == first["release_id"]
                 candidates = client.get("/reef/scenarios/default/candidates").json()["candidates"]

@@ -19,6 +19,7 @@ from .conftest import (
     report,
     settings_for,
     wait_for,
+    wait_published,
     write_config,
 )
 
@@ -100,7 +101,7 @@ def test_a_cli_rollback_is_followed_by_the_running_server(tmp_path):
             for n, feedback in enumerate(["Be brief", GOOD_FEEDBACK], 1):
                 r = ask(client, f"q{n}")
                 report(client, [r.headers["x-reef-agent-record-id"]], score=0.0, feedback=feedback)
-                wait_for(lambda n=n: len(server.store.list_releases("default")) == n, f"release {n}")
+                wait_published(client, n)
             first = server.store.list_releases("default")[-1]
             assert ask(client, "What is the capital of Japan?").json()["choices"][0]["message"]["content"] \
                 == "The capital is Tokyo."
