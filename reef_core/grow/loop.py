@@ -173,7 +173,13 @@ class LearningLoop:
             log.warning("recorded %d release(s) the database had missed", len(added))
         for scenario in self.store.scenario_names():
             stuck = [row for status in _INTERRUPTED for row in self.store.list_candidates(scenario, status=status)]
+            if not stuck:
+                continue
+            published = {r.candidate_id: r.release_id for r in self.store.list_releases(scenario) if r.candidate_id}
             for row in stuck:
+                if row.id in published:  # recorded, but the process died before marking it
+                    self.store.update_candidate(row.id, status="published", release_id=published[row.id])
+                    continue
                 self.store.update_candidate(
                     row.id, status="error", decision=row.decision or "error",
                     reason="interrupted: the server stopped before this candidate was published; "

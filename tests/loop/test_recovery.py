@@ -307,3 +307,15 @@ def test_sigkill_of_the_server_between_git_publish_and_database_write(tmp_path):
             proc.wait(timeout=30)
         assert [r.git_commit for r in store.list_releases("default")] == _git_releases(state)
         store.close()
+
+
+def test_a_recorded_release_marks_its_candidate_published_on_start(tmp_path):
+    """A crash between the release row and the candidate update leaves a 'selected' candidate."""
+    reef = _kernel(tmp_path)
+    _seed(reef.store, "Be brief")
+    [step] = _grow(reef)
+    reef.store.update_candidate(step.candidate_id, status="selected", release_id=None)
+    reef2 = _kernel(tmp_path)
+    _grow(reef2)
+    row = reef2.store.get_candidate(step.candidate_id)
+    assert row.status == "published" and row.release_id == step.release_id
