@@ -170,3 +170,35 @@ def test_report_body_hash_is_canonical():
     a = RecordStore.report_body_hash({"b": 1, "a": [1, 2], "s": math.pi})
     b = RecordStore.report_body_hash({"s": math.pi, "a": [1, 2], "b": 1})
     assert a == b and a != RecordStore.report_body_hash({"b": 2, "a": [1, 2], "s": math.pi})
+
+
+def test_migrations_match_the_models(store_url):
+    """A model change without a migration fails here (autogenerate would find a difference)."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+    from sqlmodel import SQLModel
+
+    store = RecordStore(store_url)
+    with store._writer.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": False}), SQLModel.metadata)
+    assert diff == []
+
+
+def test_upgrade_keeps_existing_data(tmp_path):
+    from alembic import command
+    from sqlalchemy import create_engine
+
+    from reef_core.store.migrate import alembic_config
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = create_engine(url)
+    command.upgrade(alembic_config(engine), "0001")
+    with engine.begin() as c:
+        c.exec_driver_sql(
+            "INSERT INTO records (id, scenario, kind, status, created_at) "
+            "VALUES ('old', 's', 'inference', 'ok', '2026-01-01 00:00:00')"
+        )
+    engine.dispose()
+    store = RecordStore(url)
+    row = store.get_record("old")
+    assert row.scenario == "s" and row.logprobs_temperature is None and row.finish_reason is None

@@ -56,6 +56,10 @@ class Record(SQLModel, table=True):
     prompt_token_ids: list | None = _json()
     response_token_ids: list | None = _json()
     logprobs: list | None = _json()
+    # The temperature the logprobs were computed at (log_softmax(logits / T) of each sampled
+    # token): weight recipes need it to recompute the same quantity under a new policy.
+    logprobs_temperature: float | None = None
+    finish_reason: str | None = Field(default=None, max_length=32)
     adapter: str | None = Field(default=None, max_length=200)
     content_hash: str | None = Field(default=None, max_length=64, index=True)
 
