@@ -5,8 +5,9 @@
   fail, hang, or cut a stream (see ``reef_core.testing.fake_upstream``).
 - ``Reply`` / ``ToolCall`` — what the fake model says; ``system_prompt``, ``last_user_text``,
   ``tool_results``, ``tool_names`` read a request body of either dialect.
-- ``ReefServer(state_dir, overrides, upstream=...)`` — kernel + app under uvicorn in a thread,
-  with ``.url``, ``.store``, ``.client()``, ``.openai()``, ``.anthropic()``.
+- ``ReefServer(state_dir, overrides, upstream=..., tokens=[...], runtime=..., settings=...)`` —
+  kernel + app under uvicorn in a thread, with ``.url``, ``.store``, ``.reef`` (the kernel),
+  ``.client()``, ``.openai()``, ``.anthropic()``; leaving it flushes records like a shutdown.
 - ``reef_settings(...)`` — validated settings for a test Reef without starting it.
 - ``ServerThread(app)`` — any ASGI app on a random port in a thread.
 - ``parse_sse(text)`` — events of a raw SSE body.
