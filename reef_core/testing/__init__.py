@@ -11,6 +11,8 @@
 - ``reef_settings(...)`` — validated settings for a test Reef without starting it.
 - ``ServerThread(app)`` — any ASGI app on a random port in a thread.
 - ``parse_sse(text)`` — events of a raw SSE body.
+- ``reef_core.testing.pytest_plugin`` — ``fake_upstream`` and ``reef_server`` factory fixtures
+  (``-p reef_core.testing.pytest_plugin``).
 """
 
 from .fake_upstream import FakeUpstream
