@@ -72,3 +72,25 @@ def test_model_override_and_map(tmp_path):
                                                  "messages": [{"role": "user", "content": "x"}]})
         assert up.requests[-1]["model"] == "big"
         assert sorted(m.id for m in reef.openai().models.list().data) == ["big", "small"]
+
+
+async def test_anthropic_upstream_gets_its_auth_headers():
+    with FakeUpstream("anthropic", api_key="sk-ant") as up:
+        rt = UpstreamRuntime(upstream_url=up.url, dialect="anthropic", api_key="sk-ant")
+        await rt.start()
+        try:
+            out = await rt.complete(InferenceCall("s", "r", {"model": "m", "max_tokens": 5, "messages": [
+                {"role": "user", "content": "q"}]}))
+            assert out["content"][0]["text"] == "echo: q"
+            assert up.headers[-1]["x-api-key"] == "sk-ant" and up.headers[-1]["anthropic-version"]
+            assert "authorization" not in up.headers[-1]
+        finally:
+            await rt.aclose()
+        wrong = UpstreamRuntime(upstream_url=up.url, dialect="anthropic", api_key="nope")
+        await wrong.start()
+        try:
+            with pytest.raises(RuntimeCallError) as err:
+                await wrong.complete(InferenceCall("s", "r", {"model": "m", "max_tokens": 5, "messages": []}))
+            assert err.value.status == 401 and err.value.body["type"] == "error"
+        finally:
+            await wrong.aclose()
