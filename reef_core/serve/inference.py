@@ -72,8 +72,23 @@ class Exchange:
             latency_ms=(time.perf_counter() - self.started) * 1000.0,
             usage=usage_summary(response, self.dialect),
             prompt_token_ids=extras.get("prompt_token_ids"), response_token_ids=extras.get("response_token_ids"),
-            logprobs=extras.get("logprobs"), adapter=extras.get("adapter"),
+            logprobs=extras.get("logprobs"), logprobs_temperature=extras.get("logprobs_temperature"),
+            finish_reason=extras.get("finish_reason") or _finish_reason(response),
+            adapter=extras.get("adapter"),
         )
+
+
+def _finish_reason(response: Any) -> str | None:
+    """Why the answer ended, from a response body of either dialect (OpenAI ``finish_reason``,
+    Anthropic ``stop_reason``), when the runtime did not report it in ``call.extras``."""
+    if not isinstance(response, dict):
+        return None
+    reason = response.get("stop_reason")
+    if reason is None:
+        choices = response.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            reason = choices[0].get("finish_reason")
+    return reason[:32] if isinstance(reason, str) else None
 
 
 def make_call(state: ServeState, ex: Exchange) -> InferenceCall:

@@ -20,7 +20,7 @@ class ScriptedRuntime(Runtime):
 
     def _extras(self, call: InferenceCall) -> None:
         call.extras.update(prompt_token_ids=[1, 2, 3], response_token_ids=[7, 8], logprobs=[-0.1, -0.2],
-                           adapter="lora-v3")
+                           logprobs_temperature=0.7, finish_reason="eos", adapter="lora-v3")
 
     async def complete(self, call: InferenceCall) -> dict[str, Any]:
         self._extras(call)
@@ -57,6 +57,7 @@ def test_scripted_runtime_behind_openai_clients(tmp_path):
         rec = reef.store.get_record(raw.headers["x-reef-agent-record-id"])
         assert (rec.prompt_token_ids, rec.response_token_ids, rec.logprobs, rec.adapter) == \
             ([1, 2, 3], [7, 8], [-0.1, -0.2], "lora-v3")
+        assert (rec.logprobs_temperature, rec.finish_reason) == (0.7, "eos")
         assert rec.model == "scripted" and rec.usage == {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5}
 
         with client.chat.completions.with_streaming_response.create(

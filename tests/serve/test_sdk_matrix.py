@@ -43,7 +43,7 @@ def test_openai_sdk_plain(reefs, upstream):
     assert completion.choices[0].finish_reason == "stop"
     assert completion.usage.total_tokens == completion.usage.prompt_tokens + completion.usage.completion_tokens
     rec = _record(reef, raw.headers["x-reef-agent-record-id"])
-    assert rec["route"] == "openai.chat"
+    assert rec["route"] == "openai.chat" and rec["finish_reason"] == "stop"
     assert rec["session"] == "s1" and rec["tags"] == {"team": "blue"}
     assert rec["request"]["messages"][1]["content"] == "hello world"
     assert rec["response"]["choices"][0]["message"]["content"] == "echo: hello world"
@@ -141,7 +141,7 @@ def test_anthropic_sdk_stream(reefs, upstream):
     assert events[-1].model_extra["reef"] == {"agent_record_id": receipt, "release_id": None}
     rec = _record(reef, receipt)
     assert rec["response"]["content"][0]["text"] == "echo: stream me please"
-    assert rec["response"]["stop_reason"] == "end_turn"
+    assert rec["response"]["stop_reason"] == rec["finish_reason"] == "end_turn"
 
 
 @pytest.mark.parametrize("stream", [False, True])
