@@ -12,7 +12,7 @@
 - ``ServerThread(app)`` — any ASGI app on a random port in a thread.
 - ``parse_sse(text)`` — events of a raw SSE body.
 - ``reef_core.testing.pytest_plugin`` — ``fake_upstream`` and ``reef_server`` factory fixtures
-  (``-p reef_core.testing.pytest_plugin``).
+  (loaded automatically through reef-core's ``pytest11`` entry point).
 """
 
 from .fake_upstream import FakeUpstream

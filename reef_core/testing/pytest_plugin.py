@@ -1,8 +1,7 @@
 """pytest fixtures for Reef plugin and recipe authors.
 
-Enable with ``-p reef_core.testing.pytest_plugin`` (or ``pytest_plugins = [...]`` in a root
-``conftest.py``, or a ``pytest11`` entry point). Everything started is stopped at the end of
-the test.
+Loaded automatically wherever reef-core is installed (its ``pytest11`` entry point).
+Everything started is stopped at the end of the test.
 
     def test_my_recipe(fake_upstream, reef_server):
         up = fake_upstream("openai", lambda body: "42")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from reef_core.testing import FakeUpstream, ReefServer, Reply, ToolCall, echo, tool_names, tool_results
-# The fixtures shipped for plugin authors, imported so these tests use them as plugins would.
-from reef_core.testing.pytest_plugin import fake_upstream, reef_server  # noqa: F401
+# fake_upstream and reef_server come from reef-core's pytest11 plugin, as they would for any
+# plugin author with reef-core installed.
 
 
 def weather_responder(body):
