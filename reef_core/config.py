@@ -89,11 +89,17 @@ class Settings(_Strict):
             return str(url)
         return f"sqlite:///{self.state_dir / 'reef.db'}"
 
-    def group(self, group: str) -> tuple[str, dict[str, Any]]:
-        """(plugin name, constructor options) of a plugin config group."""
+    def group(self, group: str) -> tuple[str | None, dict[str, Any]]:
+        """(plugin name, constructor options) of a plugin config group.
+
+        Only ``evaluator`` may have no name: ``evaluator=recipe_default`` defers to the
+        recipe's ``default_evaluator``.
+        """
         data = dict(getattr(self, group))
         name = data.pop("name", None)
         if not name:
+            if group == "evaluator":
+                return None, data
             raise ConfigError(f"missing key {group}.name")
         return str(name), data
 
@@ -179,6 +185,11 @@ def validate(cfg: DictConfig, plugins: Plugins | None = None, env: dict[str, str
 
     for group, kind in PLUGIN_GROUPS.items():
         name, options = settings.group(group)
+        if name is None:
+            recipe = plugins.get("recipe", settings.group("recipe")[0])
+            name = getattr(recipe, "default_evaluator", None)
+            if not isinstance(name, str):  # set per instance: checked when the loop builds it
+                continue
         check_options(kind, name, options, plugins, prefix=group)
     for sname, sc in settings.scenarios.items():
         if sc.evaluator:

@@ -96,3 +96,26 @@ def test_cli_exits_2_with_one_line_for_bad_config(tmp_path):
                              capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert printed.returncode == 0 and "port: 9200" in printed.stdout
     assert "sk-secret-123" not in printed.stdout
+
+
+def test_evaluator_defaults_to_the_recipes_own():
+    s = load_settings([])
+    assert s.group("evaluator") == (None, {})
+    # feedback_rules is judged by task_suite unless told otherwise, so it needs held-out tasks
+    with pytest.raises(ConfigError, match="evaluator.tasks"):
+        load_settings(["recipe=feedback_rules"])
+    ok = load_settings(["recipe=feedback_rules", "+evaluator.tasks=[{prompt: hi, expected: hello}]"])
+    assert ok.group("evaluator")[1]["tasks"][0]["prompt"] == "hi"
+    assert load_settings(["recipe=feedback_rules", "evaluator=always"]).group("evaluator")[0] == "always"
+
+
+def test_loop_uses_the_recipe_default_evaluator(tmp_path):
+    from reef_core.grow.loop import LearningLoop  # noqa: F401  (the loop is what resolves it)
+    from reef_core.kernel import Reef
+    from reef_core.plugins import get_plugins
+
+    s = load_settings([f"server.state_dir={tmp_path}", "runtime.upstream_url=http://127.0.0.1:9/v1"])
+    reef = Reef(s, get_plugins())
+    loop = reef.extensions["learning"]
+    assert loop.evaluator_for("default")[0] == "always"  # basic's default_evaluator
+    reef.store.close()

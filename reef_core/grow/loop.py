@@ -91,7 +91,8 @@ class LearningLoop:
 
     def evaluator_for(self, scenario: str) -> tuple[str, Any]:
         """(name, evaluator) of ``scenario``: ``scenarios.<s>.evaluator`` (with its
-        ``evaluator_options``) when set, else the root ``evaluator`` group."""
+        ``evaluator_options``) when set, else the root ``evaluator`` group, whose default
+        (``recipe_default``) is the recipe's own ``default_evaluator``."""
         if scenario not in self._evaluators:
             sc = self.settings.scenarios.get(scenario)
             if sc is not None and sc.evaluator:
@@ -100,6 +101,8 @@ class LearningLoop:
                 name, options = self.settings.group("evaluator")
                 if sc is not None:
                     options = {**options, **sc.evaluator_options}
+            if name is None:  # evaluator=recipe_default: the recipe says how it is judged
+                name = self.recipe_for(scenario)[1].default_evaluator
             evaluator = instantiate("evaluator", name, options, self.reef.plugins, state_dir=self.reef.state_dir,
                                     store=self.store, settings=self.settings)
             self._evaluators[scenario] = (name, evaluator)
