@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from ..observe.experience import record_content_hash
 from ..store import Record, RecordStore
 
 log = logging.getLogger("reef.writer")
@@ -111,6 +112,10 @@ class RecordWriter:
 
     def _commit(self, batch: list[tuple[Record, asyncio.Future | None, Any]]) -> None:
         started = time.perf_counter()
+        for record, _, _ in batch:
+            # Hashed here, off the event loop: what the dedup filter compares across candidates.
+            if record.content_hash is None and record.status == "ok":
+                record.content_hash = record_content_hash(record.request, record.response)
         results: list[BaseException | None]
         try:
             self.store.add_records([r for r, _, _ in batch])

@@ -69,3 +69,20 @@ def test_close_flushes_queued_records(tmp_path):
     w.close()
     assert len(store.get_records([r.id for r in records])) == 20
     store.close()
+
+
+async def test_successful_records_get_their_content_hash(tmp_path):
+    from reef_core.observe.experience import record_content_hash
+
+    store = RecordStore(f"sqlite:///{tmp_path / 'r.db'}")
+    w = RecordWriter(store)
+    w.start()
+    same = [_rec(request={"q": 1}, response={"a": 2}, status="ok") for _ in range(2)]
+    failed = _rec(request={"q": 1}, response=None, status="error")
+    for r in (*same, failed):
+        await w.write(r)
+    rows = store.get_records([r.id for r in (*same, failed)])
+    assert rows[same[0].id].content_hash == rows[same[1].id].content_hash == record_content_hash({"q": 1}, {"a": 2})
+    assert rows[failed.id].content_hash is None  # errors teach nothing, dedup ignores them
+    w.close()
+    store.close()
