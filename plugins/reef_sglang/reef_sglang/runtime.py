@@ -33,7 +33,7 @@ from reef_core.errors import RuntimeCallError, RuntimeUnavailable
 from reef_core.runtime import Runtime
 from reef_core.types import ActiveRelease, InferenceCall
 
-from .adapter_table import AdapterTable, Version, version_name
+from reef_core.adapter_table import AdapterTable, Version, version_name
 
 log = logging.getLogger(__name__)
 

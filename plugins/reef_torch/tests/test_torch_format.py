@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from reef_torch.adapter_table import AdapterTable
+from reef_core.adapter_table import AdapterTable
 from reef_torch.engine import _safe_prefix_len
 from reef_torch.openai_format import completion_body, parse_chat_request
 

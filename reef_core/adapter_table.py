@@ -1,7 +1,7 @@
 """Which adapter version each scenario serves, and when an old version may be unloaded.
 
-Pure bookkeeping (no torch), shared in spirit with ``reef_sglang``: a *version* is one
-release of one scenario, named ``<scenario>@<release_id>`` when it carries a LoRA adapter
+Pure bookkeeping shared by the runtimes that hot-swap adapters (``reef-torch``,
+``reef-sglang``): a *version* is one release of one scenario, named ``<scenario>@<release_id>`` when it carries a LoRA adapter
 (``None`` means the base model). A request *holds* the version it started on until it
 leaves the batch; activating a new release retires the old version, which is unloaded once
 its last hold is released. Everything happens under one lock, so the switch is atomic:
