@@ -55,6 +55,29 @@ class AdapterTable:
             version.holds += 1
             return version
 
+    def acquire_exact(self, scenario: str, release_id: str) -> Version | None:
+        """Hold the version of exactly ``release_id`` if it is resident, else None."""
+        with self._lock:
+            version = self._versions.get((scenario, release_id))
+            if version is not None:
+                version.holds += 1
+            return version
+
+    def hold_transient(self, scenario: str, release_id: str, adapter: str | None) -> Version:
+        """Register and hold a version that serves only the requests holding it.
+
+        For a release that is not the active one: a candidate being evaluated, or a release
+        swapped out after the server froze it for a request. It starts retired, so its adapter
+        is unloaded as soon as the last request holding it leaves.
+        """
+        with self._lock:
+            key = (scenario, release_id)
+            version = self._versions.get(key)
+            if version is None:
+                version = self._versions[key] = Version(scenario, release_id, adapter, retired=True)
+            version.holds += 1
+            return version
+
     def release(self, version: Version) -> list[str]:
         """Drop one hold; return adapter names that are now unused and must be unloaded."""
         with self._lock:

@@ -174,7 +174,28 @@ class SGLangRuntime(Runtime):
 
     # ------------------------------------------------------------------ inference
 
-    def _prepare(self, call: InferenceCall) -> tuple[dict[str, Any], Version, dict[str, bool]]:
+    async def _hold_version(self, call: InferenceCall) -> Version:
+        """The adapter version ``call`` runs on: the release on the call (frozen at request
+        start, or a candidate under evaluation) — loaded for the requests naming it and
+        unloaded after them when it is not resident — else the scenario's active version."""
+        release = call.release if call.release is not None and call.release.scenario == call.scenario else None
+        if release is None:
+            return self.adapters.acquire(call.scenario)
+        version = self.adapters.acquire_exact(call.scenario, release.release_id)
+        if version is not None:
+            return version
+        adapter_dir = release.adapter_dir
+        name = version_name(release.scenario, release.release_id) if adapter_dir is not None else None
+        async with self._admin_lock:
+            version = self.adapters.acquire_exact(call.scenario, release.release_id)
+            if version is not None:
+                return version
+            if name is not None and name not in self._resident:
+                await self._admin("load", {"lora_name": name, "lora_path": str(adapter_dir)})
+                self._resident.add(name)
+            return self.adapters.hold_transient(release.scenario, release.release_id, name)
+
+    async def _prepare(self, call: InferenceCall) -> tuple[dict[str, Any], Version, dict[str, bool]]:
         body = dict(call.body)
         asked = {"logprobs": bool(body.get("logprobs")), "token_ids": bool(body.get("return_token_ids"))}
         if "lora_path" in body:  # a client must not pick another scenario's adapter
@@ -184,8 +205,7 @@ class SGLangRuntime(Runtime):
                 body={"error": {"message": "lora_path is managed by Reef; leave it out of the request.",
                                 "type": "invalid_request_error", "param": "lora_path", "code": None}},
             )
-        release_id = call.release.release_id if call.release is not None and call.release.scenario == call.scenario else None
-        version = self.adapters.acquire(call.scenario, release_id)
+        version = await self._hold_version(call)
         body["model"] = self.model
         if version.adapter is not None:
             if self.flavor == "sglang":
@@ -214,7 +234,7 @@ class SGLangRuntime(Runtime):
 
     async def complete(self, call: InferenceCall) -> dict[str, Any]:
         await self.start()
-        body, version, asked = self._prepare(call)
+        body, version, asked = await self._prepare(call)
         body["stream"] = False
         try:
             data = await self._request("POST", f"{self.base_url}/v1/chat/completions", json=body,
@@ -229,7 +249,7 @@ class SGLangRuntime(Runtime):
 
     async def _stream(self, call: InferenceCall) -> AsyncIterator[dict[str, Any]]:
         await self.start()
-        body, version, asked = self._prepare(call)
+        body, version, asked = await self._prepare(call)
         body["stream"] = True
         logprobs: list[float] = []
         tokens: list[int] = []

@@ -214,3 +214,21 @@ async def test_rollback_while_draining_revives_without_reloading(engine, runtime
     assert set(engine.loaded) == {"s@r1"}  # the drain did not unload the revived version
     loads = [body["lora_name"] for kind, body in engine.calls if kind == "load"]
     assert loads == ["s@r1", "s@r2"]
+
+
+@pytest.mark.asyncio
+async def test_candidate_release_on_the_call_is_loaded_for_it_alone(engine, runtime, tmp_path):
+    candidate = make_release(tmp_path, "s", "candidate:c1")
+    c = call()
+    c.release = candidate
+    await runtime.complete(c)
+    assert c.extras["adapter"] == "s@candidate:c1"
+    assert chats(engine)[-1].get("lora_path" if engine.flavor == "sglang" else "model") == "s@candidate:c1"
+    for _ in range(50):  # the unload runs in the background once the request is done
+        if not engine.loaded:
+            break
+        await asyncio.sleep(0.02)
+    assert engine.loaded == {}
+    plain = call()
+    await runtime.complete(plain)
+    assert plain.extras["adapter"] is None  # serving never switched to the candidate

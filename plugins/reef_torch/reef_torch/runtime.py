@@ -21,11 +21,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from reef_core.adapter_table import AdapterTable, Version, version_name
 from reef_core.errors import RuntimeCallError, RuntimeUnavailable
 from reef_core.runtime import Runtime
 from reef_core.types import ActiveRelease, InferenceCall
 
-from reef_core.adapter_table import AdapterTable, Version, version_name
 from .openai_format import (
     chunk,
     completion_body,
@@ -168,13 +168,7 @@ class LocalRuntime(Runtime):
         await self.start()
         adapter_dir = release.adapter_dir
         name = version_name(release.scenario, release.release_id) if adapter_dir is not None else None
-        if adapter_dir is not None and not (adapter_dir / "adapter_config.json").is_file():
-            raise RuntimeCallError(
-                f"Release {release.release_id} of scenario {release.scenario!r} has an adapter/ "
-                "directory without adapter_config.json; publish a PEFT adapter saved with "
-                "save_pretrained().",
-                status=500,
-            )
+        self._check_adapter_dir(release)
 
         def swap() -> None:
             # Runs on the worker thread, between two forwards, like every drain-time unload:
@@ -289,8 +283,7 @@ class LocalRuntime(Runtime):
                 "messages",
             )
         max_new = min(params.max_tokens or self.max_new_tokens_default, limit - len(prompt_ids))
-        release_id = call.release.release_id if call.release is not None and call.release.scenario == call.scenario else None
-        version = self.adapters.acquire(call.scenario, release_id)
+        version = await self._hold_version(call)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
 
@@ -321,6 +314,52 @@ class LocalRuntime(Runtime):
         call.extras["prompt_token_ids"] = prompt_ids
         call.extras["adapter"] = version.adapter
         return params, req, queue
+
+    async def _hold_version(self, call: InferenceCall) -> Version:
+        """The adapter version ``call`` runs on, held until the request leaves the batch.
+
+        The release on the call (frozen by the server at request start, or a candidate under
+        evaluation) wins: when it is not resident it is loaded for the requests that name it
+        and unloaded after them, so the record and the weights always agree. Without one the
+        scenario's active version serves.
+        """
+        release = call.release if call.release is not None and call.release.scenario == call.scenario else None
+        if release is None:
+            return self.adapters.acquire(call.scenario)
+        version = self.adapters.acquire_exact(call.scenario, release.release_id)
+        if version is not None:
+            return version
+        adapter_dir = release.adapter_dir
+        self._check_adapter_dir(release)
+        name = version_name(release.scenario, release.release_id) if adapter_dir is not None else None
+
+        def load() -> Version:
+            held = self.adapters.acquire_exact(release.scenario, release.release_id)
+            if held is not None:
+                return held
+            if name is not None and name not in getattr(self.engine.model, "peft_config", {}):
+                self._load_adapter(name, adapter_dir)
+            return self.adapters.hold_transient(release.scenario, release.release_id, name)
+
+        try:
+            return await asyncio.wrap_future(self.engine.call(load))
+        except Exception as exc:
+            raise RuntimeCallError(
+                f"Could not load the adapter of release {release.release_id} ({adapter_dir}): {exc}. "
+                "Check that it was trained on this runtime's base model.",
+                status=500,
+            ) from exc
+
+    @staticmethod
+    def _check_adapter_dir(release: ActiveRelease) -> None:
+        adapter_dir = release.adapter_dir
+        if adapter_dir is not None and not (adapter_dir / "adapter_config.json").is_file():
+            raise RuntimeCallError(
+                f"Release {release.release_id} of scenario {release.scenario!r} has an adapter/ "
+                "directory without adapter_config.json; publish a PEFT adapter saved with "
+                "save_pretrained().",
+                status=500,
+            )
 
     def _release(self, version: Version) -> None:
         """Called from the worker thread when a request leaves the batch."""

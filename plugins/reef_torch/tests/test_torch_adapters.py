@@ -201,3 +201,22 @@ async def test_rollback_while_the_old_version_drains_revives_it_without_reloadin
     assert loaded(runtime) == {"s@r1"}  # r2 unloaded at once (unused), r1 kept
     assert lora_weight(runtime, "s@r1") is weight  # revived, not loaded again
     assert await ask(runtime) == ("banana", "s@r1")
+
+
+@pytest.mark.asyncio
+async def test_candidate_release_on_the_call_is_loaded_for_it_alone(runtime, word_adapters, tmp_path):
+    """An evaluator runs a candidate that is not serving: its adapter serves only those calls."""
+    base_answer, _ = await ask(runtime)
+    candidate = release("s", "candidate:c1", tmp_path, word_adapters["banana"])
+
+    async def ask_candidate(text="hello"):
+        c = InferenceCall(scenario="s", record_id="x", release=candidate,
+                          body={"messages": [{"role": "user", "content": text}], "temperature": 0})
+        out = await runtime.complete(c)
+        return out["choices"][0]["message"]["content"], c.extras["adapter"]
+
+    results = await asyncio.gather(*(ask_candidate(t) for t in PROMPTS[:3]), ask(runtime))
+    assert results[:3] == [("banana", "s@candidate:c1")] * 3
+    assert results[3] == (base_answer, None)  # serving never saw the candidate
+    assert loaded(runtime) == set()  # unloaded once its last request left
+    assert runtime.serving()["s"]["release_id"] is None
