@@ -181,4 +181,6 @@ def records_export(config_file, scenario, output, overrides) -> None:
 
 def configure_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if level != "debug":  # migrations announce every plugin they set up; only problems matter here
+        logging.getLogger("alembic").setLevel(logging.WARNING)
 from .cli_learning import register_commands; register_commands(main)  # noqa: E402
