@@ -74,9 +74,8 @@ def make_adapter(model_dir: Path, out: Path, seed: int) -> Path:
 
 
 async def main(tokens: int, rounds: int) -> None:
-    from reef_torch import LocalRuntime
-
     from reef_core.types import ActiveRelease, InferenceCall
+    from reef_torch import LocalRuntime
 
     rt = LocalRuntime(max_batch_size=8, batch_window_ms=8)
     t0 = time.perf_counter()

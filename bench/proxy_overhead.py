@@ -337,10 +337,10 @@ def summarize(results, stream: bool, concurrency: int) -> list[str]:
                      f"{(m['p50'] - d['p50']) if add else 0:>8.2f} {(m['p99'] - d['p99']) if add else 0:>8.2f} "
                      f"{(m['fb50'] - d['fb50']) if add else 0:>8.2f} {m['cpu_per_1k']:>9.2f} {m['errors']:>6}")
     if "litellm" in merged and "reef" in merged:
-        r, l = merged["reef"], merged["litellm"]
-        lines.append(f"reef/litellm: throughput x{r['rps'] / l['rps']:.2f}, added p50 "
-                     f"{(r['p50'] - d['p50']):.2f} vs {(l['p50'] - d['p50']):.2f} ms, "
-                     f"cpu per request x{r['cpu_per_1k'] / l['cpu_per_1k']:.2f}")
+        r, lt = merged["reef"], merged["litellm"]
+        lines.append(f"reef/litellm: throughput x{r['rps'] / lt['rps']:.2f}, added p50 "
+                     f"{(r['p50'] - d['p50']):.2f} vs {(lt['p50'] - d['p50']):.2f} ms, "
+                     f"cpu per request x{r['cpu_per_1k'] / lt['cpu_per_1k']:.2f}")
     return lines
 
 

@@ -11,7 +11,8 @@ import functools
 import json
 import logging
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -183,4 +184,9 @@ def configure_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if level != "debug":  # migrations announce every plugin they set up; only problems matter here
         logging.getLogger("alembic").setLevel(logging.WARNING)
-from .cli_learning import register_commands; register_commands(main)  # noqa: E402
+
+
+# The learning loop's commands (releases, rollback, grow); they use the helpers above.
+from .cli_learning import register_commands  # noqa: E402
+
+register_commands(main)

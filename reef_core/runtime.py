@@ -13,7 +13,8 @@ cannot be reached (502).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from .types import ActiveRelease, InferenceCall
 

@@ -116,7 +116,8 @@ $SUMS
 done <<REEF_SUMS
 $OLD
 REEF_SUMS
-printf '%s\n' "$SUMS" > "$DEST/.reef-harness.sha256.reef-tmp" && mv -f "$DEST/.reef-harness.sha256.reef-tmp" "$DEST/.reef-harness.sha256"
+printf '%s\n' "$SUMS" > "$DEST/.reef-harness.sha256.reef-tmp" &&
+  mv -f "$DEST/.reef-harness.sha256.reef-tmp" "$DEST/.reef-harness.sha256"
 printf 'release_id=%s\ncontent_hash=%s\nscenario=%s\n' "$RELEASE" "$CONTENT" "$SCENARIO" > "$DEST/.reef-harness-release"
 while read -r sum path; do
   [ -n "$path" ] || continue

@@ -15,7 +15,8 @@ raises, so the server records it as incomplete.
 from __future__ import annotations
 
 import logging
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 

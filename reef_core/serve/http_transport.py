@@ -12,7 +12,8 @@ one error vocabulary whichever transport runs.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, AsyncIterator
+from typing import Any
 
 import anyio
 from starlette.responses import Response, StreamingResponse
@@ -22,8 +23,14 @@ from ..errors import RuntimeCallError
 from ..store import Record
 from ..types import ActiveRelease, InferenceCall
 from . import jsonfast
-from .dialects import (StreamAssembler, is_usage_chunk, stream_translator, translate_request, translate_response,
-                       usage_summary)
+from .dialects import (
+    StreamAssembler,
+    is_usage_chunk,
+    stream_translator,
+    translate_request,
+    translate_response,
+    usage_summary,
+)
 from .errors import error_body, error_response, upstream_error_response
 from .state import ServeState
 

@@ -163,16 +163,19 @@ async def get_scenario(scenario: str, request: Request,
         sc = reef.scenario_settings(scenario)
         serving = reef.serving_release(scenario)
         status_fn = reef.extensions.get("scenario_status")
+        # Filled by the learning side through reef.extensions["scenario_status"](scenario); it
+        # also resolves the evaluator (a recipe's default_evaluator when config names none).
+        loop = status_fn(scenario) if status_fn is not None else None
+        configured = sc.evaluator if sc and sc.evaluator else reef.settings.evaluator.get("name")
         return {
             "name": scenario,
             "recipe": reef.settings.recipe.get("name"),
-            "evaluator": (sc.evaluator if sc and sc.evaluator else reef.settings.evaluator.get("name")),
+            "evaluator": loop["evaluator"] if loop else configured,
             "runtime": reef.runtime_name,
             "head_release": to_json(head) if head else None,
             "serving_release_id": serving.release_id if serving else None,
             "counts": reef.store.counts(scenario),
-            # Filled by the learning side through reef.extensions["scenario_status"](scenario).
-            "loop": status_fn(scenario) if status_fn is not None else None,
+            "loop": loop,
         }
 
     return await run_in_threadpool(read)

@@ -34,7 +34,7 @@ class ServeState:
             await asyncio.sleep(0.01)
 
     @classmethod
-    def build(cls, reef: Reef, metrics: Metrics) -> "ServeState":
+    def build(cls, reef: Reef, metrics: Metrics) -> ServeState:
         def stored(record) -> None:
             metrics.records.labels(record.status).inc()
             reef.emit("record_stored", record=record)

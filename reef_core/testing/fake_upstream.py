@@ -28,8 +28,9 @@ import itertools
 import json
 import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -84,7 +85,7 @@ class FakeUpstream:
         """Base URL (``http://127.0.0.1:<port>``); Reef's ``runtime.upstream_url``."""
         return self._server.url
 
-    def start(self) -> "FakeUpstream":
+    def start(self) -> FakeUpstream:
         self._server.start()
         return self
 
@@ -92,7 +93,7 @@ class FakeUpstream:
         self._released.set()
         self._server.stop()
 
-    def __enter__(self) -> "FakeUpstream":
+    def __enter__(self) -> FakeUpstream:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

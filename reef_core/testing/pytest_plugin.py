@@ -11,7 +11,8 @@ Everything started is stopped at the end of the test.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 

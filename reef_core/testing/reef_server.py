@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import httpx
 
@@ -71,14 +72,14 @@ class ReefServer:
     def store(self):
         return self.reef.store
 
-    def start(self) -> "ReefServer":
+    def start(self) -> ReefServer:
         self._server.start()
         return self
 
     def stop(self) -> None:
         self._server.stop()
 
-    def __enter__(self) -> "ReefServer":
+    def __enter__(self) -> ReefServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

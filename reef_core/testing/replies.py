@@ -4,8 +4,9 @@ a request body in either dialect so one responder serves both fakes."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Union
+from typing import Any
 
 _ids = itertools.count(1)
 
@@ -43,7 +44,7 @@ class Reply:
 
 
 #: A responder gets the request body (in the fake's dialect) and returns a Reply or a string.
-Responder = Callable[[dict[str, Any]], Union[Reply, str]]
+Responder = Callable[[dict[str, Any]], Reply | str]
 
 
 def _text(content: Any) -> str:

@@ -33,7 +33,7 @@ class ServerThread:
         """``http://127.0.0.1:<port>`` (no trailing slash)."""
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 30) -> "ServerThread":
+    def start(self, timeout: float = 30) -> ServerThread:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
@@ -69,7 +69,7 @@ class ServerThread:
             self.thread.join(timeout)
             self.thread = None
 
-    def __enter__(self) -> "ServerThread":
+    def __enter__(self) -> ServerThread:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

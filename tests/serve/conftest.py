@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from reef_core.testing import FakeUpstream, ReefServer, Reply, ToolCall, echo, tool_names, tool_results
+
 # fake_upstream and reef_server come from reef-core's pytest11 plugin, as they would for any
 # plugin author with reef-core installed.
 

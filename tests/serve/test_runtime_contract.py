@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from reef_core.runtime import Runtime
 from reef_core.testing import ReefServer

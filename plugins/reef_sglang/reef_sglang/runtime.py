@@ -29,11 +29,10 @@ from typing import Any
 
 import httpx
 
+from reef_core.adapter_table import AdapterTable, Version, version_name
 from reef_core.errors import RuntimeCallError, RuntimeUnavailable
 from reef_core.runtime import Runtime
 from reef_core.types import ActiveRelease, InferenceCall
-
-from reef_core.adapter_table import AdapterTable, Version, version_name
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +97,7 @@ class SGLangRuntime(Runtime):
 
     async def start(self) -> None:
         if self._client is None:
-            self._client = httpx.AsyncClient(
-                timeout=self.timeout, limits=httpx.Limits(max_connections=self.max_connections)
-            )
+            self._client = httpx.AsyncClient(timeout=self.timeout, limits=httpx.Limits(max_connections=self.max_connections))
         if self.model is None:
             data = await self._request("GET", f"{self.base_url}/v1/models", headers=self._headers(self.api_key))
             ids = [m.get("id") for m in data.get("data", []) if isinstance(m, dict)]
@@ -159,9 +156,12 @@ class SGLangRuntime(Runtime):
         except RuntimeCallError as exc:
             raise RuntimeCallError(
                 f"The {self.flavor} engine refused to {action} adapter {payload['lora_name']!r}: {exc}. "
-                + ("Check that the engine runs with LoRA enabled (SGLang: --enable-lora and --max-lora-rank; "
-                   "vLLM: --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True) and can read the path."
-                   if action == "load" else ""),
+                + (
+                    "Check that the engine runs with LoRA enabled (SGLang: --enable-lora and --max-lora-rank; "
+                    "vLLM: --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True) and can read the path."
+                    if action == "load"
+                    else ""
+                ),
                 status=exc.status,
                 body=exc.body,
             ) from exc
@@ -202,8 +202,14 @@ class SGLangRuntime(Runtime):
             raise RuntimeCallError(
                 "Adapters are chosen by Reef per scenario; leave lora_path out of the request.",
                 status=400,
-                body={"error": {"message": "lora_path is managed by Reef; leave it out of the request.",
-                                "type": "invalid_request_error", "param": "lora_path", "code": None}},
+                body={
+                    "error": {
+                        "message": "lora_path is managed by Reef; leave it out of the request.",
+                        "type": "invalid_request_error",
+                        "param": "lora_path",
+                        "code": None,
+                    }
+                },
             )
         version = await self._hold_version(call)
         body["model"] = self.model
@@ -237,8 +243,9 @@ class SGLangRuntime(Runtime):
         body, version, asked = await self._prepare(call)
         body["stream"] = False
         try:
-            data = await self._request("POST", f"{self.base_url}/v1/chat/completions", json=body,
-                                       headers=self._headers(self.api_key))
+            data = await self._request(
+                "POST", f"{self.base_url}/v1/chat/completions", json=body, headers=self._headers(self.api_key)
+            )
         finally:
             self._release(version)
         _fill_extras(call.extras, data)
@@ -254,8 +261,9 @@ class SGLangRuntime(Runtime):
         logprobs: list[float] = []
         tokens: list[int] = []
         try:
-            async with self._client.stream("POST", f"{self.base_url}/v1/chat/completions", json=body,
-                                           headers=self._headers(self.api_key)) as resp:
+            async with self._client.stream(
+                "POST", f"{self.base_url}/v1/chat/completions", json=body, headers=self._headers(self.api_key)
+            ) as resp:
                 if resp.status_code >= 400:
                     await resp.aread()
                     raise _error_from(resp)
@@ -316,7 +324,14 @@ def _error_from(resp: httpx.Response) -> RuntimeCallError:
         message = body["error"].get("message") or resp.text
     elif isinstance(body, dict) and "message" in body:  # SGLang's ErrorResponse / plain admin errors
         message = str(body["message"])
-        body = {"error": {"message": message, "type": body.get("type", "invalid_request_error"), "param": body.get("param"), "code": body.get("code")}}
+        body = {
+            "error": {
+                "message": message,
+                "type": body.get("type", "invalid_request_error"),
+                "param": body.get("param"),
+                "code": body.get("code"),
+            }
+        }
     else:
         message = resp.text or resp.reason_phrase
         body = {"error": {"message": message, "type": "upstream_error", "param": None, "code": None}}

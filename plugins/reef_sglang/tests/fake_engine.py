@@ -86,7 +86,9 @@ class FakeEngine:
             self.calls.append(("chat", body))
             adapter, error = self._adapter(body)
             if error:
-                return JSONResponse({"object": "error", "message": error, "type": "BadRequestError", "code": 400}, status_code=400)
+                return JSONResponse(
+                    {"object": "error", "message": error, "type": "BadRequestError", "code": 400}, status_code=400
+                )
             user = [m["content"] for m in body["messages"] if m["role"] == "user"][-1]
             if user == "hold":
                 self.holding.set()
@@ -98,12 +100,28 @@ class FakeEngine:
             model = body.get("model", BASE)
             if body.get("stream"):
                 return StreamingResponse(self._sse(body, text, tokens, prompt, lps, model), media_type="text/event-stream")
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop",
-                      "logprobs": {"content": [{"token": c, "logprob": lp, "bytes": [ord(c)], "top_logprobs": []}
-                                               for c, lp in zip(text, lps)]} if body.get("logprobs") else None}
-            out = {"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": model,
-                   "choices": [choice],
-                   "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(tokens), "total_tokens": len(prompt) + len(tokens)}}
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "stop",
+                "logprobs": {
+                    "content": [{"token": c, "logprob": lp, "bytes": [ord(c)], "top_logprobs": []} for c, lp in zip(text, lps)]
+                }
+                if body.get("logprobs")
+                else None,
+            }
+            out = {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [choice],
+                "usage": {
+                    "prompt_tokens": len(prompt),
+                    "completion_tokens": len(tokens),
+                    "total_tokens": len(prompt) + len(tokens),
+                },
+            }
             if body.get("return_token_ids"):
                 choice["token_ids"] = tokens
                 if self.flavor == "sglang":
@@ -116,17 +134,27 @@ class FakeEngine:
 
     async def _sse(self, body, text, tokens, prompt, lps, model):
         for i, (c, tok, lp) in enumerate(zip(text, tokens, lps)):
-            choice = {"index": 0, "delta": {"content": c} if i else {"role": "assistant", "content": c},
-                      "finish_reason": None,
-                      "logprobs": {"content": [{"token": c, "logprob": lp, "bytes": [tok], "top_logprobs": []}]} if body.get("logprobs") else None}
+            choice = {
+                "index": 0,
+                "delta": {"content": c} if i else {"role": "assistant", "content": c},
+                "finish_reason": None,
+                "logprobs": {"content": [{"token": c, "logprob": lp, "bytes": [tok], "top_logprobs": []}]}
+                if body.get("logprobs")
+                else None,
+            }
             event = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": model, "choices": [choice]}
             if body.get("return_token_ids") and self.flavor == "vllm":
                 choice["token_ids"] = [tok]
                 if i == 0:
                     event["prompt_token_ids"] = prompt
             yield f"data: {json.dumps(event)}\n\n"
-        final = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": model,
-                 "choices": [{"index": 0, "delta": {}, "finish_reason": "stop", "logprobs": None}]}
+        final = {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": model,
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop", "logprobs": None}],
+        }
         yield f"data: {json.dumps(final)}\n\n"
         yield "data: [DONE]\n\n"
 

@@ -11,15 +11,17 @@ from pathlib import Path
 import pytest
 import yaml
 from fake_engine import BASE
-from reef_sglang import SGLangRuntime
-from reef_sglang import plugin as sglang_plugin
 
 from reef_core.errors import RuntimeCallError, RuntimeUnavailable
 from reef_core.types import ActiveRelease, InferenceCall
+from reef_sglang import SGLangRuntime
+from reef_sglang import plugin as sglang_plugin
 
 
 def call(text="hello", scenario="s", **body):
-    return InferenceCall(scenario=scenario, record_id="r", body={"model": "whatever", "messages": [{"role": "user", "content": text}], **body})
+    return InferenceCall(
+        scenario=scenario, record_id="r", body={"model": "whatever", "messages": [{"role": "user", "content": text}], **body}
+    )
 
 
 def make_release(tmp_path: Path, scenario: str, release_id: str, adapter: bool = True) -> ActiveRelease:

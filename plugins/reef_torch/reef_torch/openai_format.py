@@ -58,7 +58,9 @@ def parse_chat_request(body: dict[str, Any]) -> ChatParams:
 
     n = body.get("n")
     if n is not None and n != 1:
-        raise invalid(f"The local runtime returns one choice per request; 'n' must be 1, got {n!r}. Send n separate requests instead.", "n")
+        raise invalid(
+            f"The local runtime returns one choice per request; 'n' must be 1, got {n!r}. Send n separate requests instead.", "n"
+        )
 
     max_tokens = None
     for key in ("max_completion_tokens", "max_tokens"):
@@ -89,7 +91,9 @@ def parse_chat_request(body: dict[str, Any]) -> ChatParams:
     if body.get("logit_bias"):
         raise invalid("The local runtime does not support 'logit_bias'; leave it out.", "logit_bias")
     if body.get("top_logprobs"):
-        raise invalid("The local runtime does not return 'top_logprobs'; leave it out (logprobs: true alone works).", "top_logprobs")
+        raise invalid(
+            "The local runtime does not return 'top_logprobs'; leave it out (logprobs: true alone works).", "top_logprobs"
+        )
 
     stream = body.get("stream", False)
     if not isinstance(stream, bool):

@@ -179,14 +179,18 @@ class LocalRuntime(Runtime):
                 self._unload_adapter(old)
 
         async with self._activate_lock:
-            try:
-                await asyncio.wrap_future(self.engine.call(swap))
-            except Exception as exc:
-                raise RuntimeCallError(
-                    f"Could not load the adapter of release {release.release_id} ({adapter_dir}): {exc}. "
-                    "Check that it was trained on this runtime's base model.",
-                    status=500,
-                ) from exc
+            await self._on_worker(swap, release)
+
+    async def _on_worker(self, fn, release: ActiveRelease):
+        """Run an adapter command on the engine's worker thread; a failure names the release."""
+        try:
+            return await asyncio.wrap_future(self.engine.call(fn))
+        except Exception as exc:
+            raise RuntimeCallError(
+                f"Could not load the adapter of release {release.release_id} ({release.adapter_dir}): {exc}. "
+                "Check that it was trained on this runtime's base model.",
+                status=500,
+            ) from exc
 
     def _load_adapter(self, name: str, path: Path) -> None:
         """Worker thread only: add adapter ``name`` to the serving model."""
@@ -262,7 +266,11 @@ class LocalRuntime(Runtime):
                     result = payload
                     self._fill_extras(call, handle, result)
                     n = len(result.token_ids)
-                    usage = {"prompt_tokens": result.prompt_tokens, "completion_tokens": n, "total_tokens": result.prompt_tokens + n}
+                    usage = {
+                        "prompt_tokens": result.prompt_tokens,
+                        "completion_tokens": n,
+                        "total_tokens": result.prompt_tokens + n,
+                    }
                     yield chunk(
                         completion_id=cid, model=model, created=created, delta={}, finish_reason=result.finish_reason, usage=usage
                     )
@@ -341,14 +349,7 @@ class LocalRuntime(Runtime):
                 self._load_adapter(name, adapter_dir)
             return self.adapters.hold_transient(release.scenario, release.release_id, name)
 
-        try:
-            return await asyncio.wrap_future(self.engine.call(load))
-        except Exception as exc:
-            raise RuntimeCallError(
-                f"Could not load the adapter of release {release.release_id} ({adapter_dir}): {exc}. "
-                "Check that it was trained on this runtime's base model.",
-                status=500,
-            ) from exc
+        return await self._on_worker(load, release)
 
     @staticmethod
     def _check_adapter_dir(release: ActiveRelease) -> None:
@@ -369,9 +370,7 @@ class LocalRuntime(Runtime):
     def _prompt_ids(self, params) -> list[int]:
         tok = self.tokenizer
         try:
-            text = tok.apply_chat_template(
-                params.messages, tools=params.tools, add_generation_prompt=True, tokenize=False
-            )
+            text = tok.apply_chat_template(params.messages, tools=params.tools, add_generation_prompt=True, tokenize=False)
         except Exception as exc:
             raise invalid(f"The chat template could not render these messages: {exc}", "messages") from exc
         return tok(text, add_special_tokens=False)["input_ids"]
@@ -396,4 +395,6 @@ def _as_call_error(exc: BaseException) -> RuntimeCallError:
     if isinstance(exc, RuntimeCallError):
         return exc
     message = f"The local model failed while generating: {exc}"
-    return RuntimeCallError(message, status=500, body={"error": {"message": message, "type": "server_error", "param": None, "code": None}})
+    return RuntimeCallError(
+        message, status=500, body={"error": {"message": message, "type": "server_error", "param": None, "code": None}}
+    )

@@ -57,8 +57,9 @@ def train_word_adapter(model_dir: Path, artifact_dir: Path, word: str, prompts: 
                        lr: float = 2e-2, include_lm_head: bool = True, seed: int = 0, r: int = 8) -> Path:
     """Train a LoRA that answers ``word`` to every prompt; REINFORCE with advantage 1 on the
     target response (i.e. likelihood training through the toolkit). Returns the adapter dir."""
-    from reef_torch.training import PolicyTrainer, Sample, load_policy
     from transformers import AutoTokenizer
+
+    from reef_torch.training import PolicyTrainer, Sample, load_policy
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     policy = load_policy(model_dir, r=r, alpha=2 * r, include_lm_head=include_lm_head, seed=seed)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from reef_torch import LocalRuntime
 from reef_torch_testing import Blocker, Gate, release, train_word_adapter, wait_until
 
 from reef_core.errors import RuntimeCallError
 from reef_core.types import ActiveRelease, InferenceCall
+from reef_torch import LocalRuntime
 
 PROMPTS = ["hello", "hi", "what?", "say something", "tell me"]
 
@@ -17,10 +17,7 @@ PROMPTS = ["hello", "hi", "what?", "say something", "tell me"]
 @pytest.fixture(scope="module")
 def word_adapters(tiny_model_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("adapters")
-    return {
-        word: train_word_adapter(tiny_model_dir, root / word, word, PROMPTS, steps=80)
-        for word in ("banana", "cherry")
-    }
+    return {word: train_word_adapter(tiny_model_dir, root / word, word, PROMPTS, steps=80) for word in ("banana", "cherry")}
 
 
 @pytest.fixture
@@ -32,7 +29,9 @@ async def runtime(tiny_model_dir):
 
 
 async def ask(rt, scenario="s", text="hello", **body):
-    c = InferenceCall(scenario=scenario, record_id="r", body={"messages": [{"role": "user", "content": text}], "temperature": 0, **body})
+    c = InferenceCall(
+        scenario=scenario, record_id="r", body={"messages": [{"role": "user", "content": text}], "temperature": 0, **body}
+    )
     out = await rt.complete(c)
     return out["choices"][0]["message"]["content"], c.extras["adapter"]
 
@@ -147,8 +146,9 @@ async def test_frozen_release_on_the_call_wins_while_resident(runtime, word_adap
     gate.open()
     await parked.wait()
     await swap  # r2 serves now; r1 drains, held by `holder`
-    c = InferenceCall(scenario="s", record_id="x", release=r1,
-                      body={"messages": [{"role": "user", "content": "hi"}], "temperature": 0})
+    c = InferenceCall(
+        scenario="s", record_id="x", release=r1, body={"messages": [{"role": "user", "content": "hi"}], "temperature": 0}
+    )
     frozen = asyncio.create_task(runtime.complete(c))
     await wait_until(lambda: len(engine._pending) == 1, "the frozen-release request is queued")
     parked.open()
@@ -210,8 +210,12 @@ async def test_candidate_release_on_the_call_is_loaded_for_it_alone(runtime, wor
     candidate = release("s", "candidate:c1", tmp_path, word_adapters["banana"])
 
     async def ask_candidate(text="hello"):
-        c = InferenceCall(scenario="s", record_id="x", release=candidate,
-                          body={"messages": [{"role": "user", "content": text}], "temperature": 0})
+        c = InferenceCall(
+            scenario="s",
+            record_id="x",
+            release=candidate,
+            body={"messages": [{"role": "user", "content": text}], "temperature": 0},
+        )
         out = await runtime.complete(c)
         return out["choices"][0]["message"]["content"], c.extras["adapter"]
 

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import pytest
+
 from reef_core.adapter_table import AdapterTable
+from reef_core.errors import RuntimeCallError
 from reef_torch.engine import _safe_prefix_len
 from reef_torch.openai_format import completion_body, parse_chat_request
-
-from reef_core.errors import RuntimeCallError
 
 USER = [{"role": "user", "content": "hi"}]
 
 
 def test_defaults_and_normalization():
-    p = parse_chat_request({"messages": [{"role": "developer", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}, *USER]})
+    p = parse_chat_request(
+        {"messages": [{"role": "developer", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}, *USER]}
+    )
     assert p.messages[0] == {"role": "system", "content": "ab"}
     assert (p.temperature, p.top_p, p.max_tokens, p.stop, p.seed, p.stream) == (1.0, 1.0, None, [], None, False)
 
@@ -51,8 +53,16 @@ def test_invalid_parameters_are_400_in_openai_shape(extra, param):
     assert err.body["error"]["message"]
 
 
-@pytest.mark.parametrize("messages", [None, [], [{"role": "robot", "content": "x"}], [{"role": "user", "content": 3}],
-                                      [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]])
+@pytest.mark.parametrize(
+    "messages",
+    [
+        None,
+        [],
+        [{"role": "robot", "content": "x"}],
+        [{"role": "user", "content": 3}],
+        [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}],
+    ],
+)
 def test_bad_messages(messages):
     with pytest.raises(RuntimeCallError) as info:
         parse_chat_request({"messages": messages})
@@ -60,7 +70,9 @@ def test_bad_messages(messages):
 
 
 def test_completion_body_shape():
-    body = completion_body(completion_id="chatcmpl-x", model="m", text="hi", finish_reason="stop", prompt_tokens=3, completion_tokens=2)
+    body = completion_body(
+        completion_id="chatcmpl-x", model="m", text="hi", finish_reason="stop", prompt_tokens=3, completion_tokens=2
+    )
     assert set(body) == {"id", "object", "created", "model", "choices", "usage"}
     assert body["object"] == "chat.completion"
     assert body["choices"][0]["message"] == {"role": "assistant", "content": "hi"}

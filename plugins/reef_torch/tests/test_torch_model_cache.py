@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import transformers
+
 from reef_torch import model_loading
 from reef_torch.model_loading import (
     MARKER,

@@ -7,6 +7,7 @@ import inspect
 from pathlib import Path
 
 import yaml
+
 from reef_torch import LocalRuntime
 from reef_torch import plugin as torch_plugin
 

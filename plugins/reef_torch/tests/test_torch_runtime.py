@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from reef_torch import LocalRuntime
 from reef_torch_testing import Gate, wait_until
 
 from reef_core.errors import RuntimeCallError
 from reef_core.types import InferenceCall
+from reef_torch import LocalRuntime
 
 PROMPTS = ["hello", "what is two plus two?", "tell me a story", "hi", "ok", "why is the sky blue", "abc", "zzz top"]
 

