@@ -13,6 +13,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from .types import ActiveRelease
+
 BASE = None
 
 
@@ -54,6 +56,18 @@ class AdapterTable:
                 self._active[scenario] = version
             version.holds += 1
             return version
+
+    def hold_for_call(self, scenario: str, release: ActiveRelease | None) -> Version | None:
+        """Hold the version a call runs on, or None when the call's release must be loaded first.
+
+        The release on the call (frozen by the server at request start, or a candidate under
+        evaluation) wins when it belongs to ``scenario``; without one, the scenario's active
+        version serves. None means the named release is not resident: the runtime loads it
+        and calls ``hold_transient``.
+        """
+        if release is None or release.scenario != scenario:
+            return self.acquire(scenario)
+        return self.acquire_exact(scenario, release.release_id)
 
     def acquire_exact(self, scenario: str, release_id: str) -> Version | None:
         """Hold the version of exactly ``release_id`` if it is resident, else None."""

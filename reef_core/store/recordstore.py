@@ -21,7 +21,6 @@ from ..errors import ConflictError, NotFoundError
 from .engine import make_engines, normalize_url
 from .models import CandidateRow, Consumption, Record, Release, Report, ReportReference, utcnow
 
-
 _RECORD_COLUMNS = tuple(c.name for c in Record.__table__.columns if c.name != "seq")
 _INSERT_RECORD = insert(Record.__table__)
 

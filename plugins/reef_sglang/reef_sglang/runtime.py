@@ -178,12 +178,10 @@ class SGLangRuntime(Runtime):
         """The adapter version ``call`` runs on: the release on the call (frozen at request
         start, or a candidate under evaluation) — loaded for the requests naming it and
         unloaded after them when it is not resident — else the scenario's active version."""
-        release = call.release if call.release is not None and call.release.scenario == call.scenario else None
-        if release is None:
-            return self.adapters.acquire(call.scenario)
-        version = self.adapters.acquire_exact(call.scenario, release.release_id)
+        version = self.adapters.hold_for_call(call.scenario, call.release)
         if version is not None:
             return version
+        release = call.release
         adapter_dir = release.adapter_dir
         name = version_name(release.scenario, release.release_id) if adapter_dir is not None else None
         async with self._admin_lock:

@@ -331,12 +331,10 @@ class LocalRuntime(Runtime):
         and unloaded after them, so the record and the weights always agree. Without one the
         scenario's active version serves.
         """
-        release = call.release if call.release is not None and call.release.scenario == call.scenario else None
-        if release is None:
-            return self.adapters.acquire(call.scenario)
-        version = self.adapters.acquire_exact(call.scenario, release.release_id)
+        version = self.adapters.hold_for_call(call.scenario, call.release)
         if version is not None:
             return version
+        release = call.release
         adapter_dir = release.adapter_dir
         self._check_adapter_dir(release)
         name = version_name(release.scenario, release.release_id) if adapter_dir is not None else None
