@@ -240,8 +240,8 @@ class Target:
     headers: bytes = b""
 
 
-def start_targets(tmp: Path, with_litellm: bool,
-                  reef_state: Path | None = None) -> tuple[list[Target], list[subprocess.Popen]]:
+def start_targets(tmp: Path, with_litellm: bool, reef_state: Path | None = None,
+                  reef_synchronous: str = "full") -> tuple[list[Target], list[subprocess.Popen]]:
     procs = []
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
@@ -257,7 +257,8 @@ def start_targets(tmp: Path, with_litellm: bool,
     reef_env = {**env, "REEF_PLUGINS": "", "REEF_TOKEN": BENCH_KEY}
     reef = subprocess.Popen([sys.executable, "-c", "from reef_core.cli import main; main()", "serve",
                              f"server.port={reef_port}", f"server.state_dir={reef_state or tmp / 'reef'}",
-                             f"runtime.upstream_url=http://127.0.0.1:{stub_port}", "server.log_level=warning"],
+                             f"runtime.upstream_url=http://127.0.0.1:{stub_port}", "server.log_level=warning",
+                             f"record_store.synchronous={reef_synchronous}"],
                             env=reef_env)
     procs.append(reef)
     if not wait_http(reef_port, "/readyz", reef):
@@ -351,6 +352,9 @@ def main() -> None:
     ap.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM proxy")
     ap.add_argument("--concurrency", default="1,32")
     ap.add_argument("--modes", default="plain,stream", help="plain, stream or both (comma-separated)")
+    ap.add_argument("--reef-synchronous", choices=["full", "normal"], default="full",
+                    help="record_store.synchronous for Reef: full fsyncs every commit (the default), normal "
+                         "survives a crash of Reef but not a power loss")
     ap.add_argument("--reef-state-dir", type=Path, help="Reef's state dir (e.g. on tmpfs, to see what "
                                                          "fsync costs); a fresh temporary one by default")
     ap.add_argument("--stub", type=int, help=argparse.SUPPRESS)
@@ -359,7 +363,7 @@ def main() -> None:
         run_stub(args.stub)
         return
     tmp = Path(tempfile.mkdtemp(prefix="reef-bench-"))
-    targets, procs = start_targets(tmp, not args.no_litellm, args.reef_state_dir)
+    targets, procs = start_targets(tmp, not args.no_litellm, args.reef_state_dir, args.reef_synchronous)
     print(f"targets: {', '.join(t.name for t in targets)}; {os.cpu_count()} CPUs; "
           f"{args.rounds} rounds x {args.seconds}s per target and scenario")
     try:

@@ -108,10 +108,8 @@ def records() -> None:
 
 
 def _store(overrides: tuple[str, ...], config_file: str | None):
-    from .store import RecordStore
-
     _cfg, settings, _plugins = load(overrides, config_file)
-    return RecordStore(settings.record_store_url), settings
+    return settings.open_record_store(), settings
 
 
 @records.command("list", context_settings={"ignore_unknown_options": True})

@@ -29,7 +29,7 @@ class Reef:
         self.plugins = plugins
         self.state_dir = settings.state_dir
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.store = store or RecordStore(settings.record_store_url)
+        self.store = store or settings.open_record_store()
         name, options = settings.group("runtime")
         self.runtime_name = name
         self.runtime: Runtime = runtime or instantiate(

@@ -40,6 +40,8 @@ def test_overrides_and_per_scenario_settings(tmp_path):
     [
         ("server.nope=1", "server.nope"),
         ("+server.nope=1", "server.nope"),
+        ("+record_store.nope=1", "record_store.nope"),
+        ("record_store.synchronous=off", "record_store.synchronous"),
         ("server.port=notanumber", "server.port"),
         ("+runtime.bogus=1", "runtime.bogus"),
         ("recipe=no_such_recipe", "no_such_recipe"),

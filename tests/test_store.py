@@ -202,3 +202,11 @@ def test_upgrade_keeps_existing_data(tmp_path):
     store = RecordStore(url)
     row = store.get_record("old")
     assert row.scenario == "s" and row.logprobs_temperature is None and row.finish_reason is None
+
+
+def test_sqlite_synchronous_normal_is_opt_in(tmp_path):
+    store = RecordStore(f"sqlite:///{tmp_path / 'n.db'}", synchronous="normal")
+    with store._writer.connect() as c:
+        assert c.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
+    with pytest.raises(ValueError, match="synchronous"):
+        RecordStore(f"sqlite:///{tmp_path / 'x.db'}", synchronous="off")

@@ -17,14 +17,17 @@ def normalize_url(url: str) -> str:
     return url
 
 
-def make_engines(url: str) -> tuple[Engine, Engine]:
+def make_engines(url: str, *, synchronous: str = "full") -> tuple[Engine, Engine]:
     """(writer, reader) engines for ``url``.
 
     SQLite writers open transactions with ``BEGIN IMMEDIATE`` so concurrent writers (threads
     or processes) queue on the busy timeout instead of failing on a read-to-write lock
     upgrade; readers keep deferred transactions and never block writers under WAL.
-    ``synchronous=FULL`` makes every commit durable across power loss, not only crashes.
+    ``synchronous=FULL`` (the default) makes every commit durable across power loss, not only
+    crashes; ``normal`` keeps crash safety under WAL and saves one fsync per commit.
     """
+    if synchronous not in ("full", "normal"):
+        raise ValueError(f"synchronous must be 'full' or 'normal', not {synchronous!r}")
     url = normalize_url(url)
     u = make_url(url)
     if u.get_backend_name() != "sqlite":
@@ -32,12 +35,12 @@ def make_engines(url: str) -> tuple[Engine, Engine]:
         return engine, engine
     if u.database and u.database != ":memory:":
         Path(u.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    writer = _sqlite_engine(url, immediate=True)
-    reader = _sqlite_engine(url, immediate=False)
+    writer = _sqlite_engine(url, immediate=True, synchronous=synchronous)
+    reader = _sqlite_engine(url, immediate=False, synchronous=synchronous)
     return writer, reader
 
 
-def _sqlite_engine(url: str, *, immediate: bool) -> Engine:
+def _sqlite_engine(url: str, *, immediate: bool, synchronous: str) -> Engine:
     engine = create_engine(
         url,
         connect_args={"check_same_thread": False, "timeout": 60, "isolation_level": None},
@@ -49,7 +52,7 @@ def _sqlite_engine(url: str, *, immediate: bool) -> Engine:
     def _pragmas(dbapi_conn, _record):  # noqa: ANN001
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA synchronous=FULL")
+        cur.execute(f"PRAGMA synchronous={synchronous.upper()}")
         cur.execute("PRAGMA busy_timeout=60000")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()

@@ -32,9 +32,9 @@ class ScenarioMismatch(ConflictError):
 class RecordStore:
     """Typed access to Reef's tables. Safe to share between threads."""
 
-    def __init__(self, url: str, *, migrate: bool = True):
+    def __init__(self, url: str, *, migrate: bool = True, synchronous: str = "full"):
         self.url = normalize_url(url)
-        self._writer, self._reader = make_engines(self.url)
+        self._writer, self._reader = make_engines(self.url, synchronous=synchronous)
         if migrate:
             from .migrate import upgrade
 
