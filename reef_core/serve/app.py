@@ -10,6 +10,7 @@ from fastapi import FastAPI
 
 from ..kernel import Reef
 from .errors import install_error_handlers
+from .fastpath import InferenceFastPath
 from .limits import BodyLimitMiddleware
 from .metrics import Metrics
 from .state import ServeState
@@ -46,6 +47,8 @@ def create_app(reef: Reef) -> FastAPI:
     app.state.reef = reef
     app.state.serve = state
     install_error_handlers(app)
+    # Innermost first: the inference fast path runs inside the body-size guard.
+    app.add_middleware(InferenceFastPath)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=reef.settings.server.max_body_bytes)
 
     from .routes_inference import router as inference_router

@@ -168,14 +168,19 @@ def require_role(*roles: str) -> Callable[[Request], Awaitable[Principal]]:
 
     async def dependency(request: Request) -> Principal:
         principal = authenticate(request)
-        if roles and not principal.has_role(*roles):
-            need = " or ".join(repr(r) for r in roles)
-            raise HTTPException(403, f"this token has role {principal.role!r}; "
-                                     f"this route needs {need} (or 'admin')")
+        check_role(principal, roles)
         return principal
 
     dependency.__name__ = f"require_role_{'_'.join(roles) or 'any'}"
     return dependency
+
+
+def check_role(principal: Principal, roles: tuple[str, ...]) -> None:
+    """403 unless ``principal`` has one of ``roles`` (admin always does; no roles: any token)."""
+    if roles and not principal.has_role(*roles):
+        need = " or ".join(repr(r) for r in roles)
+        raise HTTPException(403, f"this token has role {principal.role!r}; "
+                                 f"this route needs {need} (or 'admin')")
 
 
 def check_scenario(principal: Principal, scenario: str) -> None:
