@@ -36,9 +36,6 @@ from .openai_format import (
 )
 
 log = logging.getLogger(__name__)
-# peft warns whenever the adapter it considers "active" is deleted; the engine picks the
-# adapter per forward, so that notion (and the warning) means nothing here.
-warnings.filterwarnings("ignore", message=r"Adapter .* was active which is now deleted")
 
 _END = object()
 
@@ -209,7 +206,11 @@ class LocalRuntime(Runtime):
         engine = self.engine
         model = engine.model
         if name in getattr(model, "peft_config", {}):
-            model.delete_adapter(name)
+            with warnings.catch_warnings():
+                # peft warns when the adapter it considers "active" is deleted; the engine picks
+                # the adapter per forward, so that notion (and the warning) means nothing here.
+                warnings.filterwarnings("ignore", message=r"Adapter .* was active which is now deleted")
+                model.delete_adapter(name)
             log.info("unloaded adapter %s", name)
             if not model.peft_config:  # no adapter left: serve the plain model at full speed again
                 engine.model = model.unload()
