@@ -40,17 +40,10 @@ class AdapterTable:
         self._active: dict[str, Version] = {}
         self._versions: dict[tuple[str, str | None], Version] = {}
 
-    def acquire(self, scenario: str, release_id: str | None = None) -> Version:
-        """Hold the version a new request of ``scenario`` runs on.
-
-        When ``release_id`` names a version still resident for the scenario (the release the
-        server froze at request start), that one is used so the record and the weights agree;
-        otherwise the scenario's active version, or the base model if none was activated.
-        """
+    def acquire(self, scenario: str) -> Version:
+        """Hold the scenario's active version (the base model if none was activated)."""
         with self._lock:
-            version = self._versions.get((scenario, release_id)) if release_id is not None else None
-            if version is None:
-                version = self._active.get(scenario)
+            version = self._active.get(scenario)
             if version is None:
                 version = self._versions.setdefault((scenario, None), Version(scenario, None, BASE))
                 self._active[scenario] = version

@@ -6,6 +6,7 @@ import pytest
 
 from reef_core.adapter_table import AdapterTable
 from reef_core.errors import RuntimeCallError
+from reef_core.types import ActiveRelease
 from reef_torch.engine import _safe_prefix_len
 from reef_torch.openai_format import completion_body, parse_chat_request
 
@@ -105,11 +106,13 @@ def test_adapter_table_honours_frozen_release_while_resident():
     t.activate("s", "r1", "s@r1")
     held = t.acquire("s")
     t.activate("s", "r2", "s@r2")
-    frozen = t.acquire("s", "r1")
+    r1 = ActiveRelease(scenario="s", release_id="r1")
+    frozen = t.hold_for_call("s", r1)
     assert frozen.adapter == "s@r1"  # still draining: the record's release wins
     assert t.release(held) == []
     assert t.release(frozen) == ["s@r1"]
-    assert t.acquire("s", "r1").adapter == "s@r2"  # gone: fall back to the serving version
+    assert t.hold_for_call("s", r1) is None  # gone: the runtime must load it for this call
+    assert t.hold_for_call("s", None).adapter == "s@r2"  # no release on the call: the serving one
 
 
 def test_adapter_table_retired_unused_version_unloads_at_once_and_scenarios_are_separate():
