@@ -40,6 +40,21 @@ class ServerSettings(_Strict):
     state_dir: str = ".reef"
     default_scenario: str = Field("default", min_length=1)
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
+    #: deepest nesting of objects and arrays accepted in a JSON body (anything stored must be
+    #: readable back: records wrap bodies a few levels deeper, and serializers stop near 255)
+    max_json_depth: int = Field(64, ge=2, le=200)
+    #: request line plus headers, in bytes; larger requests get 431
+    max_header_bytes: int = Field(32 * 1024, ge=1024)
+    #: a connection must deliver its request line and headers within this many seconds
+    header_timeout_s: float = Field(10.0, gt=0)
+    #: longest wait for the next piece of a request body before the request is dropped
+    body_timeout_s: float = Field(30.0, gt=0)
+    #: open connections at most; null: derived from the process's file-descriptor limit
+    max_connections: int | None = Field(None, ge=1)
+    #: scenarios that may exist (configured ones included); requests naming a new one past it get 403
+    max_scenarios: int = Field(1000, ge=1)
+    #: false: only configured scenarios (and those named in tokens) exist; others get 403
+    scenarios_open: bool = True
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 
@@ -97,6 +112,12 @@ class Settings(_Strict):
             return str(url)
         return f"sqlite:///{self.state_dir / 'reef.db'}"
 
+    @property
+    def model_aliases(self) -> dict[str, str]:
+        """``runtime.model_aliases``: client model names answered by a served model on purpose."""
+        aliases = self.runtime.get("model_aliases") or {}
+        return {str(k): str(v) for k, v in dict(aliases).items()}
+
     def open_record_store(self):
         """The configured ``RecordStore`` (opening it runs pending migrations)."""
         from .store import RecordStore
@@ -111,6 +132,8 @@ class Settings(_Strict):
         """
         data = dict(getattr(self, group))
         name = data.pop("name", None)
+        if group == "runtime":  # a kernel-level key of every runtime, not a constructor option
+            data.pop("model_aliases", None)
         if not name:
             if group == "evaluator":
                 return None, data
