@@ -10,10 +10,18 @@ Errors: a connection that cannot be made or times out is ``RuntimeUnavailable`` 
 error status from the upstream is ``RuntimeCallError`` with that status and the upstream's
 message; a stream that ends without its terminal event (``data: [DONE]`` / ``message_stop``)
 raises, so the server records it as incomplete.
+
+The upstream's address never appears in an error: error messages reach clients and records
+(which any valid token may read), so they say "the upstream model server is unreachable"
+and the server log (operators) names the host, without credentials. Credentials written into
+``upstream_url`` (``https://user:password@host/v1``) are taken out of the URL and sent as
+HTTP Basic auth (what ``user:password@`` means for HTTP, as in curl and httpx); a bearer key
+belongs in ``api_key``, and setting both is a configuration error.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -47,6 +55,35 @@ def _base_url(url: str) -> str:
     return url[:-3] if url.endswith("/v1") else url
 
 
+def split_url_credentials(url: str, key: str = "runtime.upstream_url") -> tuple[str, tuple[str, str] | None]:
+    """``url`` without its ``user:password@`` part, and that part (percent-decoded), if any.
+
+    A URL that does not parse is a ValueError that does not quote it: it may hold a password
+    (httpx's own message for ``http://user:pa/ss@host`` quotes part of it)."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError):
+        raise ValueError(f"{key} is not a valid URL (not shown here: it may contain credentials)") from None
+    if not parsed.userinfo:
+        return url, None
+    return str(parsed.copy_with(username=None, password=None)), (parsed.username, parsed.password)
+
+
+def redact_url(url: str) -> str:
+    """``scheme://host[:port]`` of ``url``, for log lines: no credentials, path or query."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return "<unparsable URL>"
+    return f"{parsed.scheme}://{parsed.netloc.decode('ascii', 'replace')}"
+
+
+def basic_auth(credentials: tuple[str, str]) -> str:
+    """The ``Authorization`` header value for ``(user, password)``."""
+    user, password = credentials
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+
+
 def _error_message(status: int, content: bytes) -> tuple[str, dict[str, Any] | None]:
     try:
         body = jsonfast.loads(content)
@@ -70,8 +107,17 @@ class UpstreamRuntime(Runtime):
                  default_max_tokens: int = 4096, http_transport: str = "auto"):
         if dialect not in _PATHS:
             raise ValueError(f"runtime.dialect must be 'openai' or 'anthropic', not {dialect!r}")
-        if upstream_url is not None and not str(upstream_url).startswith(("http://", "https://")):
-            raise ValueError(f"runtime.upstream_url must start with http:// or https://, not {upstream_url!r}")
+        credentials = None
+        if upstream_url is not None:
+            upstream_url = str(upstream_url)
+            if not upstream_url.startswith(("http://", "https://")):
+                # Only the scheme is quoted: the rest of the URL may hold a password.
+                found = f"scheme {upstream_url.split('://', 1)[0][:16]!r}" if "://" in upstream_url else "no scheme"
+                raise ValueError(f"runtime.upstream_url must start with http:// or https:// (it has {found})")
+            upstream_url, credentials = split_url_credentials(upstream_url)
+            if credentials and api_key:
+                raise ValueError("runtime.upstream_url carries credentials (user:password@) and runtime.api_key "
+                                 "is set too; use one of them (URL credentials are sent as HTTP Basic auth)")
         if http_transport not in ("auto", "aiohttp", "httpx"):
             raise ValueError(f"runtime.http_transport must be auto, aiohttp or httpx, not {http_transport!r}")
         from ..serve import http_transport as transports
@@ -80,7 +126,9 @@ class UpstreamRuntime(Runtime):
             raise ValueError("runtime.http_transport is 'aiohttp' but aiohttp is not installed")
         self.http_transport = "aiohttp" if http_transport != "httpx" and transports.available() else "httpx"
         self.dialect = dialect
-        self.upstream_url = _base_url(str(upstream_url)) if upstream_url else None
+        self.upstream_url = _base_url(upstream_url) if upstream_url else None
+        #: where the upstream is, for the server log only (never in errors: clients read those)
+        self.where = redact_url(self.upstream_url) if self.upstream_url else None
         self.model = model or None
         self.model_map = dict(model_map or {})
         self.default_max_tokens = int(default_max_tokens)
@@ -95,6 +143,8 @@ class UpstreamRuntime(Runtime):
                 headers["x-api-key"] = str(api_key)
         elif api_key:
             headers["authorization"] = f"Bearer {api_key}"
+        if credentials:
+            headers["authorization"] = basic_auth(credentials)
         self._headers = list(headers.items())
         self._stream_headers = list({**headers, "accept": "text/event-stream"}.items())
         self._timeout_ext = self.timeout.as_dict()
@@ -142,23 +192,29 @@ class UpstreamRuntime(Runtime):
         return httpx.Request("POST", self._url, headers=headers, content=jsonfast.dumps(body),
                              extensions={"timeout": self._timeout_ext})
 
+    def _unavailable(self, what: str, exc: Exception) -> RuntimeUnavailable:
+        """The client-facing error for a transport failure: what happened and the exception's
+        type, never the address (the exception's text often names host and port). The
+        server log names the host for operators."""
+        log.warning("upstream %s %s: %s: %s", self.where, what, type(exc).__name__, exc)
+        return RuntimeUnavailable(f"the upstream model server {what} ({type(exc).__name__})")
+
     async def _send(self, request: httpx.Request) -> httpx.Response:
         try:
             return await self._transport.handle_async_request(request)
         except httpx.TimeoutException as exc:
-            raise RuntimeUnavailable(f"upstream {self.upstream_url} timed out ({type(exc).__name__})") from None
+            raise self._unavailable("timed out", exc) from None
         except httpx.HTTPError as exc:
-            raise RuntimeUnavailable(
-                f"upstream {self.upstream_url} is unreachable: {exc or type(exc).__name__}") from None
+            raise self._unavailable("is unreachable", exc) from None
 
     async def complete(self, call: InferenceCall) -> dict[str, Any]:
         resp = await self._send(self._request(call.body, self._headers))
         try:
             content = await resp.aread()
         except httpx.TimeoutException as exc:
-            raise RuntimeUnavailable(f"upstream {self.upstream_url} timed out ({type(exc).__name__})") from None
+            raise self._unavailable("timed out", exc) from None
         except httpx.HTTPError as exc:
-            raise RuntimeUnavailable(f"upstream {self.upstream_url} broke the response: {exc}") from None
+            raise self._unavailable("broke the response", exc) from None
         finally:
             await resp.aclose()
         if resp.status_code >= 400:
@@ -209,9 +265,11 @@ class UpstreamRuntime(Runtime):
             if not terminal:
                 raise RuntimeCallError("upstream stream ended before its final event", status=502)
         except httpx.TimeoutException as exc:
+            log.warning("upstream %s stream timed out: %s: %s", self.where, type(exc).__name__, exc)
             raise RuntimeCallError(f"upstream stream timed out ({type(exc).__name__})", status=504) from None
         except httpx.HTTPError as exc:
-            raise RuntimeCallError(f"upstream stream broke: {exc or type(exc).__name__}", status=502) from None
+            log.warning("upstream %s stream broke: %s: %s", self.where, type(exc).__name__, exc)
+            raise RuntimeCallError(f"upstream stream broke ({type(exc).__name__})", status=502) from None
         finally:
             await resp.aclose()
 

@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 
 from reef_core.adapter_table import AdapterTable, Version, version_name
+from reef_core.builtins.upstream import basic_auth, redact_url, split_url_credentials
 from reef_core.errors import RuntimeCallError, RuntimeUnavailable
 from reef_core.runtime import Runtime
 from reef_core.types import ActiveRelease, InferenceCall
@@ -50,7 +51,9 @@ class SGLangRuntime(Runtime):
         base_url: the engine's address, e.g. ``http://10.0.0.5:30000`` (no ``/v1``).
         flavor: ``sglang`` or ``vllm`` — which wire protocol the engine speaks.
         model: the served base model id; empty: the first id from ``GET /v1/models``.
-        api_key: sent as ``Authorization: Bearer`` when the engine requires one.
+        api_key: sent as ``Authorization: Bearer`` when the engine requires one. Credentials in
+            ``base_url`` / ``admin_url`` (``http://user:password@host``) are sent as HTTP Basic
+            auth instead; they and a key for the same URL are a configuration error.
         admin_url / admin_api_key: where the adapter routes live when not at ``base_url``.
         timeout_s / connect_timeout_s: per-request limits.
         capture_tokens: ask for token ids and logprobs and record them in ``call.extras``.
@@ -78,12 +81,19 @@ class SGLangRuntime(Runtime):
     ):
         if flavor not in ROUTES:
             raise ValueError(f"runtime.flavor must be one of {sorted(ROUTES)}, not {flavor!r}.")
-        self.base_url = base_url.rstrip("/")
+        # Credentials come out of the URLs (which error messages and logs may show) into headers.
+        self.base_url, base_creds = split_url_credentials(base_url.rstrip("/"), "runtime.base_url")
+        self.admin_url, admin_creds = split_url_credentials((admin_url or base_url).rstrip("/"), "runtime.admin_url")
+        if (base_creds and api_key) or (admin_creds and admin_api_key):
+            raise ValueError("runtime.base_url/admin_url carries credentials (user:password@) and an API key is "
+                             "set for it too; use one of them (URL credentials are sent as HTTP Basic auth)")
         self.flavor = flavor
         self.model = model
         self.api_key = api_key
-        self.admin_url = (admin_url or base_url).rstrip("/")
         self.admin_api_key = admin_api_key if admin_api_key is not None else api_key
+        self._base_headers = {"Authorization": basic_auth(base_creds)} if base_creds else self._headers(self.api_key)
+        self._admin_headers = {"Authorization": basic_auth(admin_creds)} if admin_creds \
+            else self._headers(self.admin_api_key)
         self.timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
         self.capture_tokens = capture_tokens
         self.max_connections = max_connections
@@ -99,10 +109,10 @@ class SGLangRuntime(Runtime):
         if self._client is None:
             self._client = httpx.AsyncClient(timeout=self.timeout, limits=httpx.Limits(max_connections=self.max_connections))
         if self.model is None:
-            data = await self._request("GET", f"{self.base_url}/v1/models", headers=self._headers(self.api_key))
+            data = await self._request("GET", f"{self.base_url}/v1/models", headers=self._base_headers)
             ids = [m.get("id") for m in data.get("data", []) if isinstance(m, dict)]
             if not ids:
-                raise RuntimeUnavailable(f"{self.base_url}/v1/models lists no model; set runtime.model.")
+                raise RuntimeUnavailable(f"The {self.flavor} engine's /v1/models lists no model; set runtime.model.")
             self.model = ids[0]
 
     async def aclose(self) -> None:
@@ -152,7 +162,7 @@ class SGLangRuntime(Runtime):
     async def _admin(self, action: str, payload: dict[str, Any]) -> Any:
         url = self.admin_url + ROUTES[self.flavor][action]
         try:
-            return await self._request("POST", url, json=payload, headers=self._headers(self.admin_api_key))
+            return await self._request("POST", url, json=payload, headers=self._admin_headers)
         except RuntimeCallError as exc:
             raise RuntimeCallError(
                 f"The {self.flavor} engine refused to {action} adapter {payload['lora_name']!r}: {exc}. "
@@ -242,7 +252,7 @@ class SGLangRuntime(Runtime):
         body["stream"] = False
         try:
             data = await self._request(
-                "POST", f"{self.base_url}/v1/chat/completions", json=body, headers=self._headers(self.api_key)
+                "POST", f"{self.base_url}/v1/chat/completions", json=body, headers=self._base_headers
             )
         finally:
             self._release(version)
@@ -260,7 +270,7 @@ class SGLangRuntime(Runtime):
         tokens: list[int] = []
         try:
             async with self._client.stream(
-                "POST", f"{self.base_url}/v1/chat/completions", json=body, headers=self._headers(self.api_key)
+                "POST", f"{self.base_url}/v1/chat/completions", json=body, headers=self._base_headers
             ) as resp:
                 if resp.status_code >= 400:
                     await resp.aread()
@@ -281,7 +291,10 @@ class SGLangRuntime(Runtime):
                         logprobs.extend(_choice_logprobs(choice))
                     yield self._clean(event, asked)
         except httpx.TransportError as exc:
-            raise RuntimeUnavailable(f"Lost the {self.flavor} engine at {self.base_url} mid-stream: {exc}") from exc
+            # Clients and records see no address (exception texts name host and port); the log does.
+            log.warning("lost the %s engine at %s mid-stream: %s: %s", self.flavor, redact_url(self.base_url),
+                        type(exc).__name__, exc)
+            raise RuntimeUnavailable(f"Lost the {self.flavor} engine mid-stream ({type(exc).__name__})") from exc
         finally:
             self._release(version)
         if tokens:
@@ -300,8 +313,10 @@ class SGLangRuntime(Runtime):
         try:
             resp = await self._client.request(method, url, **kwargs)
         except httpx.TransportError as exc:
+            log.warning("cannot reach the %s engine at %s: %s: %s", self.flavor, redact_url(url), type(exc).__name__, exc)
             raise RuntimeUnavailable(
-                f"Cannot reach the {self.flavor} engine at {url}: {exc}. Check runtime.base_url and that the engine is up."
+                f"Cannot reach the {self.flavor} engine ({type(exc).__name__}). Check runtime.base_url and that the "
+                "engine is up."
             ) from exc
         if resp.status_code >= 400:
             raise _error_from(resp)
