@@ -262,6 +262,13 @@ class LearningLoop:
         stored = await asyncio.to_thread(self.chain.rollback, scenario, release_id)
         return await self.activate(stored)
 
+    def dead_tasks(self) -> list[str]:
+        """Names of background tasks (follower, schedule, growth workers) that ended while the
+        loop runs: each catches its own step's errors, so one that ended is broken for good."""
+        dead = [t.get_name() for t in self._tasks if t.done()]
+        dead += [f"reef-grow-{name}" for name, w in list(self.workers.items()) if w.died]
+        return dead
+
     def status(self, scenario: str) -> dict[str, Any]:
         """Loop state for ``GET /reef/scenarios/{s}`` (blocking: reads the store)."""
         recipe_name, recipe, filters = self.recipe_for(scenario)

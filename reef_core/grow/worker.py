@@ -43,6 +43,12 @@ class ScenarioWorker:
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name=f"reef-grow-{self.scenario}")
 
+    @property
+    def died(self) -> bool:
+        """The worker's task ended by itself (it only ends when stopped): growth of this
+        scenario has stopped, which ``/healthz`` reports so the process gets restarted."""
+        return self._task is not None and self._task.done()
+
     def poke(self) -> None:
         """Ask the worker to check its scenario soon (cheap; coalesces)."""
         self._wake.set()

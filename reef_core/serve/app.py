@@ -41,7 +41,8 @@ def create_app(reef: Reef) -> FastAPI:
             await anyio.to_thread.run_sync(state.writer.close)
             await reef.stop()
 
-    app = FastAPI(title="Reef", version="0.1.0", lifespan=lifespan,
+    # The schema and the docs page are served by routes_ops behind auth (any valid token).
+    app = FastAPI(title="Reef", version="0.1.0", lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None,
                   description="OpenAI- and Anthropic-compatible inference that records every request "
                               "as attributable experience and learns from feedback quoting receipts.")
     app.state.reef = reef

@@ -8,6 +8,7 @@ exception types: OpenAI ``{"error": {"message", "type", "param", "code"}}``, Ant
 
 from __future__ import annotations
 
+import errno
 import logging
 from typing import Any
 
@@ -110,6 +111,23 @@ def upstream_error_response(dialect: str, runtime_dialect: str, exc: RuntimeCall
     return error_response(dialect, status, str(exc), headers=headers)
 
 
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it wraps) says the disk or quota is full: ``ENOSPC`` from
+    the OS, or the database's own wording of it (SQLite, PostgreSQL)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        text = str(getattr(current, "orig", None) or "") + " " + (current.args[0] if current.args and
+                                                                  isinstance(current.args[0], str) else "")
+        if "disk is full" in text or "No space left on device" in text or "could not extend file" in text:
+            return True
+        current = getattr(current, "orig", None) or current.__cause__ or current.__context__
+    return False
+
+
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     errors = exc.errors()
     if not errors:
@@ -176,8 +194,21 @@ def install_error_handlers(app: FastAPI) -> None:
         _count(request, status)
         return error_response(dialect_of(request), status, str(exc))
 
+    @app.exception_handler(RecursionError)
+    async def too_deep(request: Request, exc: RecursionError) -> Response:
+        # Only a request nested too deeply for a parser reaches this (bodies of the provider
+        # and report routes are depth-checked before use); never a 500 for the client's input.
+        _count(request, 400)
+        return error_response(dialect_of(request), 400, "the request nests objects and arrays too deeply "
+                                                        "(server.max_json_depth)")
+
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> Response:
+        if disk_full(exc):
+            log.error("%s %s failed: the disk is full", request.method, request.url.path)
+            _count(request, 507)
+            return error_response(dialect_of(request), 507, "the server's disk is full; free space and retry",
+                                  error_type="insufficient_storage")
         log.exception("internal error on %s %s", request.method, request.url.path)
         _count(request, 500)
         return error_response(dialect_of(request), 500,

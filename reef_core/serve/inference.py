@@ -52,6 +52,8 @@ class Exchange:
     release: ActiveRelease | None
     body: dict[str, Any]  # client body after prepare_body (what is recorded)
     stream: bool
+    #: ``server.max_json_depth``: a response nested deeper is not stored (it could not be read back)
+    max_json_depth: int = 64
     started: float = field(default_factory=time.perf_counter)
     created_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
@@ -68,6 +70,12 @@ class Exchange:
     def record(self, call: InferenceCall | None, runtime: str, *, status: str, response: Any = None,
                error: str | None = None) -> Record:
         extras = call.extras if call is not None else {}
+        if response is not None and jsonfast.nesting_depth(response, self.max_json_depth) > self.max_json_depth:
+            # Whatever is stored must be readable back; the answer itself already went out.
+            response = None
+            status = "error" if status == "ok" else status
+            error = (f"{error}; " if error else "") + (f"the answer nests more than {self.max_json_depth} levels "
+                                                       f"deep (server.max_json_depth), so it was not stored")
         model = response.get("model") if isinstance(response, dict) and response.get("model") else None
         if model is None and call is not None:
             model = call.body.get("model")
@@ -144,6 +152,7 @@ async def complete(state: ServeState, ex: Exchange) -> Response:
     try:
         try:
             answer = await state.reef.runtime.complete(call)
+            _check_answer_depth(answer, state.max_json_depth)
             body = translate_response(answer, state.runtime_dialect, ex.dialect)
         except Exception as exc:
             submitted = True
@@ -155,7 +164,7 @@ async def complete(state: ServeState, ex: Exchange) -> Response:
         except Exception as exc:
             log.error("could not store record %s: %s", ex.record_id, exc)
             state.metrics.record_failures.inc()
-            return error_response(ex.dialect, 500, "the answer could not be recorded durably, so it is "
+            return error_response(ex.dialect, 503, "the answer could not be recorded durably, so it is "
                                                     "withheld; retry the request", headers=ex.headers())
         state.metrics.requests.labels(ex.route, ex.scenario, "ok").inc()
         state.metrics.latency.labels(ex.route, "false").observe(time.perf_counter() - ex.started)
@@ -167,6 +176,14 @@ async def complete(state: ServeState, ex: Exchange) -> Response:
         raise
     finally:
         state.inflight -= 1
+
+
+def _check_answer_depth(answer: Any, limit: int) -> None:
+    """An answer nested deeper than ``server.max_json_depth`` is the upstream's error: it could
+    be neither stored readably nor re-encoded for the client."""
+    if jsonfast.nesting_depth(answer, limit) > limit:
+        raise RuntimeCallError(f"the runtime answered with JSON nested more than {limit} levels deep "
+                               f"(server.max_json_depth)", status=502)
 
 
 def _submit_quietly(state: ServeState, record: Record) -> None:
@@ -337,7 +354,7 @@ async def _relay(job: _StreamJob, first: list[dict[str, Any]], translator: Any) 
     except Exception as exc:  # no durable record, so no receipt marker: the client is told
         log.error("could not store record %s: %s", ex.record_id, exc)
         state.metrics.record_failures.inc()
-        yield _sse(dialect, error_body(dialect, 500, "the answer could not be recorded durably; "
+        yield _sse(dialect, error_body(dialect, 503, "the answer could not be recorded durably; "
                                                      "retry the request", error_type="api_error"))
         return
     marker = {"agent_record_id": ex.record_id, "release_id": ex.release_id}

@@ -32,4 +32,26 @@ except ImportError:  # pragma: no cover
 
     BACKEND = "json"
 
-__all__ = ["BACKEND", "dumps", "loads"]
+def nesting_depth(value: Any, limit: int) -> int:
+    """How deeply ``value`` nests objects and arrays (a scalar is 0, ``{}`` is 1), counted
+    without recursion and only up to ``limit + 1``: the caller asks "deeper than the limit?",
+    so a hostile document costs no more than walking ``limit`` levels of it."""
+    if not isinstance(value, (dict, list)):
+        return 0
+    deepest = 1
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node, depth = pop()
+        if depth > deepest:
+            deepest = depth
+            if deepest > limit:
+                return deepest
+        children = node.values() if isinstance(node, dict) else node
+        for child in children:
+            if isinstance(child, (dict, list)):
+                push((child, depth + 1))
+    return deepest
+
+
+__all__ = ["BACKEND", "dumps", "loads", "nesting_depth"]

@@ -18,7 +18,8 @@ from .state import ServeState
 
 router = APIRouter(tags=["inference"])
 
-SCENARIO_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
+#: ``\Z``, not ``$``: ``$`` also matches before a trailing newline (``"a\n"`` would pass)
+SCENARIO_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}\Z")
 _TAG_PREFIX = "x-reef-tag-"
 _MAX_TAGS = 32
 
@@ -93,16 +94,30 @@ def _request_meta(request: Request, default_scenario: str) -> tuple[str, str | N
     return scenario, session, tags
 
 
-def _parse_body(raw: bytes) -> dict[str, Any]:
+def parse_json_object(raw: bytes, max_depth: int) -> dict[str, Any]:
+    """The request body as a JSON object no deeper than ``max_depth`` (``server.max_json_depth``),
+    or a 400 naming what is wrong. The depth bound is what keeps every stored body readable
+    back and re-encodable for the upstream (encoders stop near 255 levels)."""
     if not raw:
         raise ClientError("the request body is empty; send a JSON object")
     try:
         body = jsonfast.loads(raw)
     except ValueError as exc:
+        if "depth" in str(exc) or "recursion" in str(exc):
+            raise too_deep(max_depth) from None
         raise ClientError(f"the request body is not valid JSON: {exc}") from None
+    except RecursionError:  # the standard library parser (no orjson installed)
+        raise too_deep(max_depth) from None
     if not isinstance(body, dict):
         raise ClientError("the request body must be a JSON object")
+    if jsonfast.nesting_depth(body, max_depth) > max_depth:
+        raise too_deep(max_depth)
     return body
+
+
+def too_deep(max_depth: int) -> ClientError:
+    return ClientError(f"the request body nests objects and arrays more than {max_depth} levels deep "
+                       f"(server.max_json_depth)")
 
 
 def _check_common(body: dict[str, Any]) -> bool:
@@ -122,7 +137,7 @@ async def _serve(request: Request, principal: Principal, dialect: str, route: st
     state: ServeState = request.app.state.serve
     scenario, session, tags = _request_meta(request, state.default_scenario)
     check_scenario(principal, scenario)
-    body = _parse_body(await request.body())
+    body = parse_json_object(await request.body(), state.max_json_depth)
     streamed = _check_common(body)
     if dialect == "anthropic":
         mt = body.get("max_tokens")
@@ -132,7 +147,8 @@ async def _serve(request: Request, principal: Principal, dialect: str, route: st
     release = reef.serving_release(scenario)  # frozen for the whole request
     prepared = reef.prepare_body(scenario, body, dialect, release)
     ex = Exchange(route=route, dialect=dialect, scenario=scenario, session=session, tags=tags,
-                  record_id=new_id("rec"), release=release, body=prepared, stream=streamed)
+                  record_id=new_id("rec"), release=release, body=prepared, stream=streamed,
+                  max_json_depth=state.max_json_depth)
     return await (stream(state, ex) if streamed else complete(state, ex))
 
 

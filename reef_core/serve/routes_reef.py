@@ -15,10 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import NotFoundError
 from ..store import Report, new_id, to_json
-from ..store.recordstore import RecordStore
+from ..store.recordstore import RecordStore, ScenarioMismatch
+from . import jsonfast
 from .auth import Principal, check_scenario, require_role
 from .errors import ClientError
-from .routes_inference import SCENARIO_NAME
+from .routes_inference import SCENARIO_NAME, too_deep
 from .state import ServeState
 
 router = APIRouter()
@@ -68,14 +69,18 @@ def _scenario_header(request: Request, state: ServeState) -> str:
     return scenario
 
 
-def _parse_report(raw: bytes) -> ReportIn:
+def _parse_report(raw: bytes, max_depth: int) -> ReportIn:
     # The standard library parser, so NaN/Infinity literals reach validation and get a 422.
     try:
         data = json.loads(raw or b"")
+    except RecursionError:
+        raise too_deep(max_depth) from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise ClientError(f"the request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ClientError("the request body must be a JSON object")
+    if jsonfast.nesting_depth(data, max_depth) > max_depth:
+        raise too_deep(max_depth)
     score = data.get("score")
     if isinstance(score, bool) or (score is not None and not isinstance(score, (int, float))):
         raise ClientError("score: must be a number (not a boolean or a string)", 422, param="score")
@@ -108,13 +113,20 @@ async def post_report(request: Request, principal: Principal = Depends(require_r
     state: ServeState = request.app.state.serve
     scenario = _scenario_header(request, state)
     check_scenario(principal, scenario)
-    report = _parse_report(await request.body())
+    report = _parse_report(await request.body(), state.max_json_depth)
     content = {"score": report.score, "feedback": report.feedback, "references": report.references,
                "metadata": report.metadata}
     row = Report(id=report.report_id or new_id("rpt"), scenario=scenario, score=report.score,
                  feedback=report.feedback, references=report.references, meta=report.metadata,
                  body_hash=RecordStore.report_body_hash({"scenario": scenario, **content}))
-    stored, created = await run_in_threadpool(state.reef.store.add_report, row)
+    try:
+        stored, created = await run_in_threadpool(state.reef.store.add_report, row)
+    except ScenarioMismatch as exc:
+        if not principal.allows(exc.record_scenario):
+            # A token limited to scenarios learns nothing about the others: the same answer as
+            # for a receipt that does not exist.
+            raise NotFoundError(f"no record with receipt {exc.receipt!r}") from None
+        raise
     if created:
         state.metrics.reports.labels(scenario).inc()
         state.reef.emit("report_stored", report=stored)
@@ -186,14 +198,26 @@ def _encode_cursor(seq: int, newest_first: bool) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+#: cursors this server issues are ~30 characters; anything much longer is not one of them
+_MAX_CURSOR_CHARS = 200
+_MAX_SEQ = 2**63 - 1  # the storage sequence is a 64-bit integer
+
+
 def _decode_cursor(cursor: str) -> tuple[int, bool]:
+    bad = ClientError("cursor: not a cursor this server issued (pass next_cursor back as is)", param="cursor")
+    if len(cursor) > _MAX_CURSOR_CHARS:
+        raise bad
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         data = json.loads(raw)
-        return int(data["s"]), bool(data["d"])
-    except (binascii.Error, ValueError, KeyError, TypeError):
-        raise ClientError("cursor: not a cursor this server issued (pass next_cursor back as is)",
-                          param="cursor") from None
+    except (binascii.Error, ValueError, RecursionError):
+        raise bad from None
+    seq = data.get("s") if isinstance(data, dict) else None
+    direction = data.get("d") if isinstance(data, dict) else None
+    # Exactly what _encode_cursor writes: an integer sequence in range, a 0/1 direction.
+    if type(seq) is not int or not 0 <= seq <= _MAX_SEQ or direction not in (0, 1) or isinstance(direction, bool):
+        raise bad
+    return seq, bool(direction)
 
 
 def _with_reports(store: RecordStore, rows: list) -> list[dict[str, Any]]:
@@ -261,7 +285,7 @@ async def get_record(record_id: str, request: Request,
     state: ServeState = request.app.state.serve
     store = state.reef.store
     row = await run_in_threadpool(store.get_record, record_id)
-    if row is None:
+    if row is None or not principal.allows(row.scenario):
+        # Outside the token's scenarios reads exactly like a receipt that does not exist.
         raise NotFoundError(f"no record with receipt {record_id!r}")
-    check_scenario(principal, row.scenario)
     return (await run_in_threadpool(_with_reports, store, [row]))[0]

@@ -22,10 +22,22 @@ class ServeState:
     runtime_name: str
     default_scenario: str
     max_body_bytes: int
+    max_json_depth: int
     default_max_tokens: int
     started: bool = False
     #: inference requests running now (streams until their record is queued)
     inflight: int = 0
+
+    def dead_workers(self) -> list[str]:
+        """Background workers that died while serving (the record writer, the learning loop's
+        tasks). Each one catches its own failures, so a dead one means the process must restart."""
+        if not self.started:
+            return []
+        dead = ["reef-record-writer"] if self.writer.died else []
+        learning = self.reef.extensions.get("learning")
+        if learning is not None:
+            dead += learning.dead_tasks()
+        return dead
 
     async def drain(self, timeout: float = 10.0) -> None:
         """Wait until no inference request is running (their records are queued), or timeout."""
@@ -49,5 +61,6 @@ class ServeState:
             runtime_name=reef.runtime_name,
             default_scenario=reef.settings.server.default_scenario,
             max_body_bytes=reef.settings.server.max_body_bytes,
+            max_json_depth=reef.settings.server.max_json_depth,
             default_max_tokens=int(getattr(runtime, "default_max_tokens", 4096)),
         )

@@ -33,6 +33,26 @@ class WriterClosed(RuntimeError):
     """The writer was closed; the record was not accepted."""
 
 
+class RecordNotStored(RuntimeError):
+    """The store refused a record; the message says why in one line (no record content)."""
+
+
+def describe_error(exc: BaseException) -> str:
+    """One short line for a failed write, safe whatever the exception holds.
+
+    Database errors echo the statement's parameters (the record's whole body) in ``str()``;
+    formatting those can itself raise (``RecursionError`` on deeply nested values) or flood
+    the log. Only the exception's type and the first line of its message, cut short, are kept.
+    """
+    try:
+        orig = getattr(exc, "orig", None)  # SQLAlchemy wraps the driver's error
+        text = str(orig if orig is not None else exc)
+    except BaseException:  # noqa: BLE001 - a message that cannot even be formatted
+        text = ""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return f"{type(exc).__name__}: {first[:300]}" if first else type(exc).__name__
+
+
 class RecordWriter:
     """Batches records from many requests into one transaction each."""
 
@@ -47,10 +67,29 @@ class RecordWriter:
         self._thread: threading.Thread | None = None
         self._closed = False
         self.failures = 0
+        #: when (monotonic) the most recent batch that stored nothing ended, and the most recent
+        #: batch that stored something
+        self.last_failure_at: float | None = None
+        self.last_success_at: float | None = None
 
     @property
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    def writes_failing(self, window_s: float = 30.0) -> bool:
+        """Whether the latest batch stored nothing (a full disk, a store refusing every write)
+        within the last ``window_s`` seconds. Readiness turns false on it; after the window it
+        turns true again so that traffic can show whether the store has recovered."""
+        failed = self.last_failure_at
+        if failed is None or (self.last_success_at is not None and self.last_success_at > failed):
+            return False
+        return time.monotonic() - failed < window_s
+
+    @property
+    def died(self) -> bool:
+        """The thread was started and is gone although nobody closed the writer: records can no
+        longer be stored, so the process must be restarted (``/healthz`` says so)."""
+        return self._thread is not None and not self._closed and not self._thread.is_alive()
 
     def start(self) -> None:
         if self._thread is None:
@@ -109,40 +148,68 @@ class RecordWriter:
                     stop = True
                     break
                 batch.append(item)
-            self._commit(batch)
+            try:
+                self._commit(batch)
+            except BaseException as exc:  # noqa: BLE001 - the writer must outlive any one batch
+                # Whatever went wrong, this batch's requests get an answer and the thread goes on.
+                self._fail_batch(batch, exc)
+
+    def _fail_batch(self, batch: list[tuple[Record, asyncio.Future | None, Any]], exc: BaseException) -> None:
+        failure = RecordNotStored(f"the record store failed: {describe_error(exc)}")
+        self.failures += len(batch)
+        self.last_failure_at = time.monotonic()
+        try:
+            log.error("could not store a batch of %d record(s): %s", len(batch), describe_error(exc))
+            self._deliver(batch, [failure] * len(batch))
+        except BaseException:  # noqa: BLE001 - never let reporting kill the thread
+            pass
+
+    def _hash(self, record: Record) -> None:
+        # Hashed here, off the event loop: what the dedup filter compares across candidates.
+        if record.content_hash is None and record.status == "ok":
+            record.content_hash = record_content_hash(record.request, record.response)
+
+    def _store_one(self, record: Record) -> BaseException | None:
+        try:
+            self._hash(record)
+            self.store.add_records([record])
+            return None
+        except Exception as exc:
+            return RecordNotStored(f"the record store refused the record: {describe_error(exc)}")
 
     def _commit(self, batch: list[tuple[Record, asyncio.Future | None, Any]]) -> None:
         started = time.perf_counter()
-        for record, _, _ in batch:
-            # Hashed here, off the event loop: what the dedup filter compares across candidates.
-            if record.content_hash is None and record.status == "ok":
-                record.content_hash = record_content_hash(record.request, record.response)
         results: list[BaseException | None]
         try:
+            for record, _, _ in batch:
+                self._hash(record)
             self.store.add_records([r for r, _, _ in batch])
             results = [None] * len(batch)
         except Exception as exc:
             if len(batch) == 1:
-                results = [exc]
+                results = [RecordNotStored(f"the record store refused the record: {describe_error(exc)}")]
             else:
                 # One bad record must not fail its batch-mates: retry them one by one.
-                log.warning("batch of %d records failed (%s); retrying one by one", len(batch), exc)
-                results = []
-                for record, _, _ in batch:
-                    try:
-                        self.store.add_records([record])
-                        results.append(None)
-                    except Exception as one:
-                        results.append(one)
+                log.warning("batch of %d records failed (%s); retrying one by one", len(batch), describe_error(exc))
+                results = [self._store_one(record) for record, _, _ in batch]
         for (record, _, _), res in zip(batch, results):
             if res is not None:
                 self.failures += 1
                 log.error("could not store record %s: %s", record.id, res)
+        if all(res is not None for res in results):
+            self.last_failure_at = time.monotonic()
+        else:
+            self.last_success_at = time.monotonic()
         if self.on_batch is not None:
             try:
                 self.on_batch(len(batch), time.perf_counter() - started)
             except Exception:
                 log.exception("writer batch callback failed")
+        self._deliver(batch, results)
+
+    def _deliver(self, batch: list[tuple[Record, asyncio.Future | None, Any]],
+                 results: list[BaseException | None]) -> None:
+        """Resolve each request's future on the loop that is waiting for it."""
         by_loop: dict[Any, list[tuple[Record, asyncio.Future | None, BaseException | None]]] = {}
         for (record, fut, loop), res in zip(batch, results):
             by_loop.setdefault(loop, []).append((record, fut, res))

@@ -28,6 +28,11 @@ _INSERT_RECORD = insert(Record.__table__)
 class ScenarioMismatch(ConflictError):
     """A report quotes a receipt that belongs to another scenario."""
 
+    def __init__(self, message: str, *, receipt: str = "", record_scenario: str = ""):
+        super().__init__(message)
+        self.receipt = receipt
+        self.record_scenario = record_scenario
+
 
 class RecordStore:
     """Typed access to Reef's tables. Safe to share between threads."""
@@ -181,7 +186,8 @@ class RecordStore:
                 raise NotFoundError(f"no record with receipt {ref!r}")
             if rec.scenario != report.scenario:
                 raise ScenarioMismatch(
-                    f"receipt {ref!r} belongs to scenario {rec.scenario!r}, not {report.scenario!r}"
+                    f"receipt {ref!r} belongs to scenario {rec.scenario!r}, not {report.scenario!r}",
+                    receipt=ref, record_scenario=rec.scenario,
                 )
         try:
             with self._write() as s:

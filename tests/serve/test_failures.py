@@ -134,7 +134,7 @@ def test_store_failure_withholds_the_answer(tmp_path, streamed):
             assert "error" in events[-1][1] and "recorded durably" in events[-1][1]["error"]["message"]
             assert not any(isinstance(d, dict) and "reef" in d for _, d in events)
         else:
-            assert r.status_code == 500 and "recorded durably" in r.json()["error"]["message"]
+            assert r.status_code == 503 and "recorded durably" in r.json()["error"]["message"]
         text = reef.client().get("/metrics").text
         assert "reef_record_write_failures_total 1.0" in text
 

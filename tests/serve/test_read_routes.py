@@ -78,7 +78,8 @@ def test_record_not_found(reef):
 def test_readyz_and_metrics(reef):
     c = reef.client()
     ready = c.get("/readyz").json()
-    assert ready == {"ok": True, "checks": {"runtime_started": True, "record_writer": True, "record_store": True}}
+    assert ready == {"ok": True, "checks": {"runtime_started": True, "record_writer": True, "record_writes": True,
+                                        "record_store": True}}
     text = c.get("/metrics").text
     assert 'reef_requests_total{route="openai.chat",scenario="main",status="ok"} 7.0' in text
     assert 'reef_requests_total{route="openai.chat",scenario="main",status="error"} 1.0' in text
