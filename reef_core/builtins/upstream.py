@@ -9,7 +9,8 @@ pool costs milliseconds of CPU per request under concurrency (see
 Errors: a connection that cannot be made or times out is ``RuntimeUnavailable`` (502); an
 error status from the upstream is ``RuntimeCallError`` with that status and the upstream's
 message; a stream that ends without its terminal event (``data: [DONE]`` / ``message_stop``)
-raises, so the server records it as incomplete.
+raises, so the server records it as incomplete. An error event inside a stream raises after
+the events that arrived before it were yielded, so the partial answer reaches the client.
 
 The upstream's address never appears in an error: error messages reach clients and records
 (which any valid token may read), so they say "the upstream model server is unreachable"
@@ -173,6 +174,8 @@ class UpstreamRuntime(Runtime):
             self._transport = None
 
     def models(self) -> list[str]:
+        """``model``, then the ``model_map`` names. Empty when neither is set: the runtime is then a
+        pass-through proxy, any name goes upstream and the upstream answers unknown ones."""
         names = [self.model] if self.model else []
         return names + [m for m in self.model_map if m not in names]
 
@@ -186,8 +189,11 @@ class UpstreamRuntime(Runtime):
             if self.upstream_url is None:
                 raise UpstreamNotConfigured()
             raise RuntimeUnavailable("the upstream runtime is not started")
-        model = self.model_map.get(body.get("model")) or self.model
-        if model and body.get("model") != model:
+        # Only served names get here (the kernel refuses others): a model_map name goes as its
+        # upstream name, a request without a model gets `model`, any other name goes as it is.
+        name = body.get("model")
+        model = self.model if name is None else self.model_map.get(name, name)
+        if model is not None and model != name:
             body = {**body, "model": model}
         return httpx.Request("POST", self._url, headers=headers, content=jsonfast.dumps(body),
                              extensions={"timeout": self._timeout_ext})
@@ -254,7 +260,15 @@ class UpstreamRuntime(Runtime):
                     if data == b"[DONE]":
                         terminal = True
                         break
-                    event = self._event(data)
+                    try:
+                        event = self._event(data)
+                    except RuntimeCallError:
+                        # An error event arriving in the same network read as the events before
+                        # it: those still reach the client (and the record) first, so the server
+                        # ends the stream with an in-band error instead of a plain error answer.
+                        if batch:
+                            yield batch
+                        raise
                     if event is None:
                         continue
                     if event.get("type") == "message_stop":
