@@ -155,26 +155,42 @@ class ReleaseChain:
     def reconcile(self) -> list[Release]:
         """Make the database agree with the artifact store; return the release rows it wrote.
 
-        Releases in the store but not the database (a crash between the two writes) are
-        recorded from their manifests, oldest first. Releases in the database that the store
-        lacks mean the store was replaced or damaged: a ChainInconsistent error says so.
+        Releases in the store but not the database (a crash between the two writes, or another
+        process between its two writes right now) are recorded from their manifests, oldest
+        first. Releases in the database that the store lacks mean the store was replaced or
+        damaged: a ChainInconsistent error says so.
+
+        Other processes may publish while this runs. Publishing writes the store first and the
+        database second, so the database may lag the store but never lead it: reading the
+        database *first* and the store *second* gives a view in which every row read is in the
+        store's history. The store is read once more before a missing release is called
+        corruption, so a stale read (a cached history, a store that answered before a
+        concurrent ref update was visible) cannot stop a healthy server.
         """
         added: list[Release] = []
-        scenarios = set(self.artifacts.scenarios()) | set(self.records.scenario_names())
+        scenarios = set(self.records.scenario_names())  # the database before the store, as below
+        scenarios |= set(self.artifacts.scenarios())
         for scenario in sorted(scenarios):
+            rows = self.records.list_releases(scenario, newest_first=False)
             history = list(reversed(self.artifacts.history(scenario)))
             stored_ids = {s.release_id for s in history}
-            for row in self.records.list_releases(scenario, newest_first=False):
-                if row.release_id not in stored_ids:
-                    raise ChainInconsistent(
-                        f"the database lists release {row.release_id} of scenario {scenario!r}, but the "
-                        f"artifact store does not have it; restore the artifact store or the database"
-                    )
+            if any(row.release_id not in stored_ids for row in rows):
+                history = list(reversed(self.artifacts.history(scenario)))
+                stored_ids = {s.release_id for s in history}
+                for row in rows:
+                    if row.release_id not in stored_ids:
+                        raise ChainInconsistent(
+                            f"the database lists release {row.release_id} of scenario {scenario!r}, but the "
+                            f"artifact store does not have it; restore the artifact store or the database"
+                        )
+            recorded = {row.release_id for row in rows}
             for stored in history:
-                if self.records.get_release(stored.release_id) is None:
-                    log.warning("recording release %s of %s from the artifact store (the database "
-                                "missed it, probably a crash while publishing)", stored.release_id, scenario)
-                    added.append(self.record(stored))
+                if stored.release_id in recorded or self.records.get_release(stored.release_id) is not None:
+                    continue
+                log.warning("recording release %s of %s from the artifact store (the database missed it: "
+                            "a crash while publishing, or another process is publishing it now)",
+                            stored.release_id, scenario)
+                added.append(self.record(stored))
         return added
 
     # ------------------------------------------------------------------ serving
