@@ -49,5 +49,8 @@ def run_server(settings: Settings, plugins: Plugins) -> None:
 
         raise ConfigError(problem())
     app = create_app(reef)
+    from .edge import uvicorn_options
+
+    # connection-level bounds (slow clients, connection cap, header size, malformed framing): edge.py
     uvicorn.run(app, host=host, port=settings.server.port, log_level=settings.server.log_level,
-                access_log=False, timeout_graceful_shutdown=30)
+                access_log=False, timeout_graceful_shutdown=30, **uvicorn_options(settings))

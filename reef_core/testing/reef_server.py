@@ -56,13 +56,15 @@ class ReefServer:
                  graceful_s: float = 5):
         from ..plugins import get_plugins
         from ..serve.app import create_app
+        from ..serve.edge import uvicorn_options
 
         self.settings = settings or reef_settings(state_dir, overrides, upstream=upstream, dialect=dialect,
                                                   tokens=tokens)
         self.token = token
         self.reef = Reef(self.settings, get_plugins(), runtime=runtime)
         self.app = create_app(self.reef)
-        self._server = ServerThread(self.app, log_level=log_level, graceful_s=graceful_s)
+        self._server = ServerThread(self.app, log_level=log_level, graceful_s=graceful_s,
+                                    options=uvicorn_options(self.settings))
 
     @property
     def url(self) -> str:

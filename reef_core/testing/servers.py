@@ -15,11 +15,14 @@ class ServerThread:
 
     Real sockets (unlike an ASGI transport) let official SDKs, streaming disconnects and
     subprocess clients talk to the app. ``start()`` returns once the app's lifespan start-up
-    finished; ``stop()`` runs its shutdown (graceful for ``graceful_s`` seconds).
+    finished; ``stop()`` runs its shutdown (graceful for ``graceful_s`` seconds). ``options``
+    are further ``uvicorn.Config`` keyword arguments (e.g. ``reef_core.serve.edge.uvicorn_options``).
     """
 
-    def __init__(self, app: Any, *, log_level: str = "warning", lifespan: str = "on", graceful_s: float = 5):
+    def __init__(self, app: Any, *, log_level: str = "warning", lifespan: str = "on", graceful_s: float = 5,
+                 options: dict[str, Any] | None = None):
         self.app = app
+        self.options = dict(options or {})
         self.log_level = log_level
         self.lifespan = lifespan
         self.graceful_s = graceful_s
@@ -39,7 +42,7 @@ class ServerThread:
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(self.app, log_level=self.log_level, lifespan=self.lifespan, access_log=False,
-                                timeout_graceful_shutdown=self.graceful_s)
+                                timeout_graceful_shutdown=self.graceful_s, **self.options)
         self.server = uvicorn.Server(config)
 
         def run() -> None:
