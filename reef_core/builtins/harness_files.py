@@ -4,6 +4,13 @@
 writes the tree into DEST (default ``$REEF_HARNESS_DIR``, else ``./reef-harness``). The
 script carries every file inline (no callback to the server, no token), and:
 
+0. checks every path that either manifest names — its own payload, and the
+   ``.reef-harness.sha256`` a previous install left in DEST — before touching anything: a
+   path must be relative, made of parts like Reef's artifact names (no ``..``, ``.``,
+   empty or dot-leading parts, no odd characters), and reach no symbolic link inside DEST.
+   Any bad path refuses the whole install, with nothing changed: the old manifest is a
+   local file anyone with write access to DEST could edit, and its paths are what the prune
+   step removes, so skipping bad lines would leave a tampered file silently in charge;
 1. writes the files into a private staging directory and checks each one against the
    SHA-256 it was generated with — a damaged or tampered script fails here, before DEST
    is touched;
@@ -23,10 +30,14 @@ import hashlib
 import posixpath
 from typing import Any
 
+from ..commit.artifacts import ArtifactError, check_path
 from ..commit.harness import HarnessBundle
 from ..hookspecs import hookimpl
 
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789 .,_-/:=+@")
+
+#: the characters of Reef's artifact file names (``reef_core.commit.artifacts.check_path``)
+_NAME_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._+@-"
 
 _PRELUDE = r"""set -eu
 umask 022
@@ -47,6 +58,49 @@ trap 'exit 130' INT TERM
 """
 
 _INSTALL = r"""
+# 0. every path a manifest names stays inside DEST: relative, plain parts, no symbolic link.
+#    Checked for this installer's payload and for the manifest a previous install left in
+#    DEST (a local file: its paths are what the prune step removes) before anything is written.
+safe_path() {
+  case $1 in ''|/*|*/) return 1 ;; esac
+  _rest=$1
+  while :; do
+    _part=${_rest%%/*}
+    case $_part in ''|.*|*[!@NAME_CHARS@]*) return 1 ;; esac
+    [ "$_rest" != "$_part" ] || return 0
+    _rest=${_rest#*/}
+  done
+}
+shown() { printf '%s' "$1" | sed 's/[^/@NAME_CHARS@]/?/g'; }
+no_links() {
+  _rest=$1
+  _at=$DEST
+  while :; do
+    _part=${_rest%%/*}
+    _at=$_at/$_part
+    if [ -L "$_at" ]; then
+      fail "$(shown "$_at") is a symbolic link; the installer writes and removes only inside $DEST, \
+so it refuses to go through it (nothing was changed); replace it with a plain directory or file and re-run"
+    fi
+    [ "$_rest" != "$_part" ] || return 0
+    _rest=${_rest#*/}
+  done
+}
+check_manifest() {
+  while read -r sum path; do
+    [ -n "$path" ] || continue
+    safe_path "$path" || fail "$2 lists the unsafe path '$(shown "$path")' (absolute, '..', '.', empty or \
+odd parts); refusing to install (nothing was changed); $3"
+    no_links "$path"
+  done <<REEF_SUMS
+$1
+REEF_SUMS
+}
+check_manifest "$SUMS" "this installer" "it is damaged or was tampered with; download it again"
+OLD=
+[ -f "$DEST/.reef-harness.sha256" ] && OLD=$(cat "$DEST/.reef-harness.sha256")
+check_manifest "$OLD" "$DEST/.reef-harness.sha256" "repair or delete that file and re-run"
+
 # 1. the payload must be exactly what the server generated
 while read -r sum path; do
   [ -n "$path" ] || continue
@@ -73,8 +127,6 @@ if [ "$current" = yes ]; then
 fi
 
 # 3. never overwrite local changes silently
-OLD=
-[ -f "$DEST/.reef-harness.sha256" ] && OLD=$(cat "$DEST/.reef-harness.sha256")
 if [ "${REEF_HARNESS_FORCE:-0}" != 1 ]; then
   while read -r sum path; do
     [ -n "$path" ] && [ -f "$DEST/$path" ] || continue
@@ -101,8 +153,9 @@ mkdir -p "$DEST" || fail "cannot create $DEST"
 while read -r sum path; do
   [ -n "$path" ] || continue
   mkdir -p "$(dirname "$DEST/$path")"
-  cp "$STAGE/$path" "$DEST/$path.reef-tmp" && mv -f "$DEST/$path.reef-tmp" "$DEST/$path" \
-    || fail "cannot write $DEST/$path"
+  # rm first: cp would follow a symbolic link planted at the temporary name
+  rm -f "$DEST/$path.reef-tmp" && cp "$STAGE/$path" "$DEST/$path.reef-tmp" \
+    && mv -f "$DEST/$path.reef-tmp" "$DEST/$path" || fail "cannot write $DEST/$path"
 done <<REEF_SUMS
 $SUMS
 REEF_SUMS
@@ -116,9 +169,12 @@ $SUMS
 done <<REEF_SUMS
 $OLD
 REEF_SUMS
+# written beside and renamed into place, so a symbolic link at either name is replaced, not followed
+rm -f "$DEST/.reef-harness.sha256.reef-tmp" "$DEST/.reef-harness-release.reef-tmp"
 printf '%s\n' "$SUMS" > "$DEST/.reef-harness.sha256.reef-tmp" &&
   mv -f "$DEST/.reef-harness.sha256.reef-tmp" "$DEST/.reef-harness.sha256"
-printf 'release_id=%s\ncontent_hash=%s\nscenario=%s\n' "$RELEASE" "$CONTENT" "$SCENARIO" > "$DEST/.reef-harness-release"
+printf 'release_id=%s\ncontent_hash=%s\nscenario=%s\n' "$RELEASE" "$CONTENT" "$SCENARIO" \
+  > "$DEST/.reef-harness-release.reef-tmp" && mv -f "$DEST/.reef-harness-release.reef-tmp" "$DEST/.reef-harness-release"
 while read -r sum path; do
   [ -n "$path" ] || continue
   [ "$(sha "$DEST/$path")" = "$sum" ] || fail "verification failed for $DEST/$path after installing"
@@ -156,6 +212,12 @@ class FilesAdapter:
     media_type = "text/x-shellscript"
 
     def render(self, bundle: HarnessBundle) -> str:
+        for f in bundle.files:  # Reef made these paths; an installer must never carry a bad one
+            try:
+                check_path(f.path)
+            except ArtifactError:
+                raise ArtifactError(f"the harness of release {bundle.release_id} has the unsafe file path "
+                                    f"{f.path!r}; refusing to render an installer for it") from None
         sums = "\n".join(f"{f.sha256}  {f.path}" for f in bundle.files)
         out = [
             "#!/bin/sh",
@@ -174,7 +236,7 @@ class FilesAdapter:
         out += [f'mkdir -p "$STAGE"/{_quote(d)}' for d in dirs]
         for f in bundle.files:
             out += _write_file(f.path, f.data)
-        out.append(_INSTALL)
+        out.append(_INSTALL.replace("@NAME_CHARS@", _NAME_CHARS))
         return "\n".join(out)
 
 
