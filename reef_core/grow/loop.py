@@ -145,17 +145,20 @@ class LearningLoop:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self, reef: Reef) -> None:
+        """Recover, serve every scenario's head, then start the follower, workers and schedule.
+
+        The store queries here do not depend on how many scenarios exist: scenarios without a
+        release and without pending reports (any number of them) cost nothing at start-up.
+        """
         self._loop = asyncio.get_running_loop()
-        await asyncio.to_thread(self._recover)
-        for scenario in sorted(self.store.scenario_names()):
-            head = await asyncio.to_thread(self.chain.head, scenario)
-            if head is not None:
-                await self._swap(head)
+        heads = await asyncio.to_thread(self._recover)
+        for scenario in sorted(heads):
+            await self._swap(heads[scenario])
         if not self.background:
             return
         self._tasks.append(asyncio.create_task(self._follow(), name="reef-release-follower"))
         if self.settings.loop.enabled:
-            for scenario in sorted(set(self.configured_scenarios()) | set(self.store.scenario_names())):
+            for scenario in await asyncio.to_thread(self._scenarios_to_check):
                 self.poke(scenario)
             if self.settings.loop.schedule_s:
                 self._tasks.append(asyncio.create_task(self._schedule(self.settings.loop.schedule_s),
@@ -169,24 +172,49 @@ class LearningLoop:
         for worker in list(self.workers.values()):
             await worker.stop()
 
-    def _recover(self) -> None:
-        """Reconcile the chain, then settle candidates a previous process left undecided."""
-        added = self.chain.reconcile()
-        if added:
-            log.warning("recorded %d release(s) the database had missed", len(added))
-        for scenario in self.store.scenario_names():
-            stuck = [row for status in _INTERRUPTED for row in self.store.list_candidates(scenario, status=status)]
-            if not stuck:
+    def _recover(self) -> dict[str, Release]:
+        """Reconcile the chain when the database and the artifact store disagree, settle
+        candidates a previous process left undecided; return {scenario: head release}."""
+        heads = self.store.head_releases()
+        if not self._chain_agrees(heads):
+            added = self.chain.reconcile()
+            if added:
+                log.warning("recorded %d release(s) the database had missed", len(added))
+            heads = self.store.head_releases()
+        stuck = self.store.candidates_with_status(_INTERRUPTED)
+        published = self.store.releases_of_candidates(row.id for row in stuck)
+        for row in stuck:
+            if row.id in published:  # recorded, but the process died before marking it
+                self.store.update_candidate(row.id, status="published", release_id=published[row.id])
                 continue
-            published = {r.candidate_id: r.release_id for r in self.store.list_releases(scenario) if r.candidate_id}
-            for row in stuck:
-                if row.id in published:  # recorded, but the process died before marking it
-                    self.store.update_candidate(row.id, status="published", release_id=published[row.id])
-                    continue
-                self.store.update_candidate(
-                    row.id, status="error", decision=row.decision or "error",
-                    reason="interrupted: the server stopped before this candidate was published; "
-                           "its experience stays consumed")
+            self.store.update_candidate(
+                row.id, status="error", decision=row.decision or "error",
+                reason="interrupted: the server stopped before this candidate was published; "
+                       "its experience stays consumed")
+        return heads
+
+    def _chain_agrees(self, heads: dict[str, Release]) -> bool:
+        """Whether the database already agrees with the artifact store, so that ``reconcile``
+        (which reads the history of every scenario, one by one) has nothing to do.
+
+        They agree when every scenario has the same head commit in both and each database chain
+        is complete (a head at sequence n and n rows): chains are append-only, so nothing can
+        be missing below an agreeing head. The database is read before the store, as
+        ``reconcile`` does: it may lag the store, never lead it, so a release another process
+        publishes meanwhile shows up as a difference and the full reconcile runs.
+        """
+        counts = self.store.release_counts()
+        store_heads = self._store_heads()
+        if store_heads != {scenario: row.git_commit for scenario, row in heads.items()}:
+            return False
+        return all(counts.get(scenario) == row.sequence for scenario, row in heads.items())
+
+    def _scenarios_to_check(self) -> list[str]:
+        """Scenarios a growth step may find experience in: the configured ones and those with
+        reports no candidate consumed yet (one query). Experience is always an unconsumed
+        report, so a scenario without one has nothing to learn until a report arrives, and
+        ``report_stored`` pokes it then."""
+        return sorted(set(self.configured_scenarios()) | set(self.store.scenarios_with_pending_reports()))
 
     async def _swap(self, release: Release | StoredRelease) -> bool:
         """Serve ``release`` unless it already serves; True when this call swapped it in. One
@@ -226,9 +254,18 @@ class LearningLoop:
         return {s: h.commit for s in self.artifacts.scenarios() if (h := self.artifacts.head(s))}
 
     async def _schedule(self, every_s: float) -> None:
+        """Poke the scenarios with something to learn every ``every_s`` seconds; this also
+        finds reports stored without a ``report_stored`` event here (another process, the CLI)."""
         while True:
             await asyncio.sleep(every_s)
-            for scenario in sorted(set(self.configured_scenarios()) | set(self.workers)):
+            try:
+                due = await asyncio.to_thread(self._scenarios_to_check)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # keep scheduling; the next round asks the store again
+                log.exception("listing the scenarios with pending reports failed")
+                due = sorted(set(self.configured_scenarios()) | set(self.workers))
+            for scenario in due:
                 self.poke(scenario)
 
     # ------------------------------------------------------------------ triggers

@@ -1,24 +1,82 @@
-"""Prometheus metrics, one registry per app (so tests and embedders can build many apps)."""
+"""Prometheus metrics, one registry per app (so tests and embedders can build many apps).
+
+The ``scenario`` label is bounded: clients name scenarios, and a label value per scenario
+would grow ``/metrics`` (and every scraper's storage) with each new name. Pinned scenarios
+(configured, default, token-listed) keep their own series, so do the first
+``SCENARIO_LABELS`` others seen; later ones are counted under ``OTHER_SCENARIO``.
+"""
 
 from __future__ import annotations
 
+import copy
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import Metric
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
+#: scenarios besides the pinned ones that get a ``scenario`` label value of their own
+SCENARIO_LABELS = 100
+#: the label value of every scenario past the bound (never a valid scenario name: those start
+#: with a letter or a digit)
+OTHER_SCENARIO = "_other"
+
+
+class _ScenarioBounded:
+    """A labelled metric whose ``labels(...)`` passes the ``scenario`` value through the bound,
+    so no call site can add an unbounded series. Everything else is the metric's own."""
+
+    def __init__(self, metric: Any, index: int, bound: Callable[[str], str]):
+        self._metric = metric
+        self._index = index
+        self._bound = bound
+
+    def labels(self, *values: str) -> Any:
+        bounded = list(values)
+        bounded[self._index] = self._bound(bounded[self._index])
+        return self._metric.labels(*bounded)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._metric, name)
+
+
+class _ScenarioFiltered:
+    """A collector showing ``registry`` without the samples of scenarios ``allowed`` refuses."""
+
+    def __init__(self, registry: CollectorRegistry, allowed: Callable[[str], bool]):
+        self._registry = registry
+        self._allowed = allowed
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._registry.collect():
+            kept = [s for s in metric.samples if "scenario" not in s.labels or self._allowed(s.labels["scenario"])]
+            if len(kept) != len(metric.samples):
+                metric = copy.copy(metric)
+                metric.samples = kept
+            yield metric
+
 
 class Metrics:
-    """The server's metrics. Label ``route`` is the route template, never the raw path."""
+    """The server's metrics. Label ``route`` is the route template, never the raw path; label
+    ``scenario`` is bounded (see ``scenario_label``)."""
 
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self) -> None:
+    def __init__(self, scenario_labels: int = SCENARIO_LABELS) -> None:
+        self.scenario_labels = scenario_labels
+        self._pinned: frozenset[str] = frozenset()
+        self._labelled: set[str] = set()
+        self._label_lock = threading.Lock()
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Counter("reef_requests", "Inference requests by route, scenario and outcome status.",
-                                ("route", "scenario", "status"), registry=r)
+        self.requests = _ScenarioBounded(
+            Counter("reef_requests", "Inference requests by route, scenario and outcome status.",
+                    ("route", "scenario", "status"), registry=r), 1, self.scenario_label)
         self.latency = Histogram("reef_request_latency_seconds",
                                  "Inference latency from request start to the last byte.",
                                  ("route", "stream"), buckets=_LATENCY_BUCKETS, registry=r)
@@ -29,8 +87,9 @@ class Metrics:
                                ("status",), registry=r)
         self.record_failures = Counter("reef_record_write_failures", "Records the store refused.",
                                        registry=r)
-        self.reports = Counter("reef_reports_written", "Reports stored (idempotent retries excluded).",
-                               ("scenario",), registry=r)
+        self.reports = _ScenarioBounded(
+            Counter("reef_reports_written", "Reports stored (idempotent retries excluded).",
+                    ("scenario",), registry=r), 0, self.scenario_label)
         self.upstream_errors = Counter("reef_upstream_errors", "Runtime call failures by HTTP status.",
                                        ("status",), registry=r)
         self.batch_size = Histogram("reef_writer_batch_size", "Records per group-commit transaction.",
@@ -40,9 +99,30 @@ class Metrics:
         self.http_errors = Counter("reef_http_errors", "Error answers by status (all routes).",
                                    ("status",), registry=r)
 
+    def pin_scenarios(self, names: Iterable[str]) -> None:
+        """Scenarios that always keep their own label value (configured, default, token-listed)."""
+        self._pinned = frozenset(names)
+
+    def scenario_label(self, scenario: str) -> str:
+        """The ``scenario`` label value for ``scenario``: its name when pinned or among the first
+        ``scenario_labels`` others seen, else ``OTHER_SCENARIO``. Any thread."""
+        if scenario in self._pinned or scenario in self._labelled:
+            return scenario
+        with self._label_lock:
+            if scenario in self._labelled:
+                return scenario
+            if len(self._labelled) < self.scenario_labels:
+                self._labelled.add(scenario)
+                return scenario
+        return OTHER_SCENARIO
+
     def observe_batch(self, size: int, seconds: float) -> None:
         self.batch_size.observe(size)
         self.batch_seconds.observe(seconds)
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self, scenario_allowed: Callable[[str], bool] | None = None) -> bytes:
+        """The Prometheus text; with ``scenario_allowed``, samples labelled with a scenario it
+        refuses are left out (a token limited to scenarios sees only theirs)."""
+        if scenario_allowed is None:
+            return generate_latest(self.registry)
+        return generate_latest(_ScenarioFiltered(self.registry, scenario_allowed))

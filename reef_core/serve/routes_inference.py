@@ -146,6 +146,7 @@ async def _serve(request: Request, principal: Principal, dialect: str, route: st
     reef = state.reef
     release = reef.serving_release(scenario)  # frozen for the whole request
     prepared = reef.prepare_body(scenario, body, dialect, release)
+    state.scenarios.admit(scenario)  # 403 past server.max_scenarios, or when closed (server.scenarios_open)
     ex = Exchange(route=route, dialect=dialect, scenario=scenario, session=session, tags=tags,
                   record_id=new_id("rec"), release=release, body=prepared, stream=streamed,
                   max_json_depth=state.max_json_depth)

@@ -7,7 +7,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.docs import get_swagger_ui_html
 from starlette.responses import JSONResponse, Response
 
-from .auth import require_role
+from .auth import Principal, require_role
 from .state import ServeState
 
 router = APIRouter(tags=["ops"])
@@ -41,12 +41,15 @@ async def readyz(request: Request) -> Response:
     return JSONResponse({"ok": ok, "checks": checks}, status_code=200 if ok else 503)
 
 
-@router.get("/metrics", dependencies=[Depends(require_role("admin"))],
+@router.get("/metrics",
             responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format."}})
-async def metrics(request: Request) -> Response:
-    """Prometheus metrics of this server (admin token; no auth when auth is off)."""
+async def metrics(request: Request, principal: Principal = Depends(require_role("admin"))) -> Response:
+    """Prometheus metrics of this server (admin token; no auth when auth is off). An admin token
+    limited to scenarios sees only the series of its scenarios among those labelled by scenario
+    (not the ``_other`` series either, which sums scenarios past the label bound)."""
     state: ServeState = request.app.state.serve
-    return Response(state.metrics.render(), media_type=state.metrics.content_type)
+    allowed = None if principal.scenarios is None else principal.allows
+    return Response(state.metrics.render(allowed), media_type=state.metrics.content_type)
 
 
 @router.get("/openapi.json", include_in_schema=False, dependencies=[Depends(require_role())])

@@ -20,6 +20,7 @@ from . import jsonfast
 from .auth import Principal, check_scenario, require_role
 from .errors import ClientError
 from .routes_inference import SCENARIO_NAME, too_deep
+from .scenarios import decode_name_cursor, encode_name_cursor
 from .state import ServeState
 
 router = APIRouter()
@@ -113,6 +114,7 @@ async def post_report(request: Request, principal: Principal = Depends(require_r
     state: ServeState = request.app.state.serve
     scenario = _scenario_header(request, state)
     check_scenario(principal, scenario)
+    state.scenarios.admit(scenario, register=False)  # receipts belong to a known scenario: never a new one
     report = _parse_report(await request.body(), state.max_json_depth)
     content = {"score": report.score, "feedback": report.feedback, "references": report.references,
                "metadata": report.metadata}
@@ -137,27 +139,32 @@ async def post_report(request: Request, principal: Principal = Depends(require_r
 
 
 def _known_scenarios(state: ServeState) -> list[str]:
-    names = set(state.reef.store.scenario_names())
-    names.update(state.reef.settings.scenarios)
-    names.add(state.default_scenario)
-    return sorted(names)
+    """Configured, default and token-listed scenarios, and those with stored data (one query)."""
+    return sorted(state.scenarios.pinned.union(state.reef.store.scenario_names()))
 
 
-@router.get("/reef/scenarios", tags=["scenarios"])
-async def list_scenarios(request: Request, principal: Principal = Depends(require_role())) -> dict[str, Any]:
-    """Scenarios this token may see: configured ones, the default, and any with stored data."""
+@router.get("/reef/scenarios", tags=["scenarios"], responses=_ERRORS)
+async def list_scenarios(
+    request: Request,
+    limit: int = Query(1000, ge=1, le=1000, description="Scenarios per page, by name."),
+    cursor: str | None = Query(None, description="next_cursor of the previous page."),
+    principal: Principal = Depends(require_role()),
+) -> dict[str, Any]:
+    """Scenarios this token may see, by name: configured ones, the default, those named in tokens
+    and any with stored data, each with its head release; ``next_cursor`` when more follow."""
     state: ServeState = request.app.state.serve
+    after = decode_name_cursor(cursor) if cursor is not None else None
 
-    def read() -> list[dict[str, Any]]:
-        out = []
-        for name in _known_scenarios(state):
-            if not principal.allows(name):
-                continue
-            head = state.reef.store.head_release(name)
-            out.append({"name": name, "head_release_id": head.release_id if head else None})
-        return out
+    def read() -> dict[str, Any]:
+        names = [n for n in _known_scenarios(state) if principal.allows(n) and (after is None or n > after)]
+        page = names[:limit]
+        heads = state.reef.store.head_releases(page)
+        return {
+            "scenarios": [{"name": n, "head_release_id": heads[n].release_id if n in heads else None} for n in page],
+            "next_cursor": encode_name_cursor(page[-1]) if len(names) > limit else None,
+        }
 
-    return {"scenarios": await run_in_threadpool(read)}
+    return await run_in_threadpool(read)
 
 
 @router.get("/reef/scenarios/{scenario}", tags=["scenarios"], responses=_ERRORS)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ..kernel import Reef
 from .metrics import Metrics
+from .scenarios import ScenarioRegistry
 from .writer import RecordWriter
 
 
@@ -24,6 +25,8 @@ class ServeState:
     max_body_bytes: int
     max_json_depth: int
     default_max_tokens: int
+    #: which scenarios exist; ``admit`` on the request path (see ``reef_core.serve.scenarios``)
+    scenarios: ScenarioRegistry
     started: bool = False
     #: inference requests running now (streams until their record is queued)
     inflight: int = 0
@@ -53,6 +56,11 @@ class ServeState:
 
         writer = RecordWriter(reef.store, on_stored=stored, on_batch=metrics.observe_batch)
         runtime = reef.runtime
+        scenarios = ScenarioRegistry.from_settings(reef.settings)
+        metrics.pin_scenarios(scenarios.pinned)
+        # Runs after the learning loop's start (hooks run in order), so the scenarios of releases
+        # its recovery just recorded count as stored too.
+        reef.extensions.setdefault("on_start", []).append(scenarios.start)
         return cls(
             reef=reef,
             writer=writer,
@@ -63,4 +71,5 @@ class ServeState:
             max_body_bytes=reef.settings.server.max_body_bytes,
             max_json_depth=reef.settings.server.max_json_depth,
             default_max_tokens=int(getattr(runtime, "default_max_tokens", 4096)),
+            scenarios=scenarios,
         )

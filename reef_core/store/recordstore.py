@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, insert
+from sqlalchemy import and_, exists, func, insert, union
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
@@ -128,11 +128,17 @@ class RecordStore:
             return list(s.exec(q).all())
 
     def scenario_names(self) -> list[str]:
+        """Every scenario with stored data (records, reports or releases), sorted; one query."""
+        q = union(select(Record.scenario), select(Report.scenario), select(Release.scenario))
+        with self._reader.connect() as conn:
+            return sorted(conn.execute(q).scalars())
+
+    def scenarios_with_pending_reports(self) -> list[str]:
+        """Scenarios holding a report no candidate consumed yet (the only ones a growth step can
+        find experience in), sorted; one query."""
+        pending = ~exists().where(Consumption.item_id == Report.id)
         with self._read() as s:
-            names = set(s.exec(select(Record.scenario).distinct()).all())
-            names |= set(s.exec(select(Report.scenario).distinct()).all())
-            names |= set(s.exec(select(Release.scenario).distinct()).all())
-        return sorted(names)
+            return sorted(s.exec(select(Report.scenario).where(pending).distinct()).all())
 
     def counts(self, scenario: str) -> dict[str, Any]:
         """Record counts by status, report count and consumption for one scenario."""
@@ -309,6 +315,15 @@ class RecordStore:
         with self._read() as s:
             return s.exec(select(CandidateRow).where(CandidateRow.id == candidate_id)).first()
 
+    def candidates_with_status(self, statuses: Iterable[str]) -> list[CandidateRow]:
+        """Candidates of every scenario whose status is one of ``statuses``, oldest first."""
+        statuses = list(statuses)
+        if not statuses:
+            return []
+        with self._read() as s:
+            return list(s.exec(select(CandidateRow).where(CandidateRow.status.in_(statuses))
+                               .order_by(CandidateRow.seq)).all())
+
     def list_candidates(self, scenario: str, *, status: str | None = None,
                         limit: int | None = None) -> list[CandidateRow]:
         q = select(CandidateRow).where(CandidateRow.scenario == scenario)
@@ -339,6 +354,35 @@ class RecordStore:
             return s.exec(
                 select(Release).where(Release.scenario == scenario).order_by(Release.sequence.desc()).limit(1)
             ).first()
+
+    def head_releases(self, scenarios: Iterable[str] | None = None) -> dict[str, Release]:
+        """{scenario: head release} of every scenario with a release (or of those of
+        ``scenarios`` that have one), in one query."""
+        newest = select(Release.scenario, func.max(Release.sequence).label("sequence")).group_by(Release.scenario)
+        if scenarios is not None:
+            names = list(scenarios)
+            if not names:
+                return {}
+            newest = newest.where(Release.scenario.in_(names))
+        newest = newest.subquery()
+        q = select(Release).join(newest, and_(Release.scenario == newest.c.scenario,
+                                              Release.sequence == newest.c.sequence))
+        with self._read() as s:
+            return {row.scenario: row for row in s.exec(q).all()}
+
+    def release_counts(self) -> dict[str, int]:
+        """{scenario: number of releases} of every scenario with a release, in one query."""
+        with self._read() as s:
+            return dict(s.exec(select(Release.scenario, func.count()).group_by(Release.scenario)).all())
+
+    def releases_of_candidates(self, candidate_ids: Iterable[str]) -> dict[str, str]:
+        """{candidate id: release id} of those of ``candidate_ids`` that were published."""
+        ids = list(candidate_ids)
+        if not ids:
+            return {}
+        with self._read() as s:
+            rows = s.exec(select(Release.candidate_id, Release.release_id).where(Release.candidate_id.in_(ids))).all()
+        return dict(rows)
 
     def get_release(self, release_id: str) -> Release | None:
         with self._read() as s:
