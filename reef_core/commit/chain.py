@@ -152,8 +152,9 @@ class ReleaseChain:
 
     # ------------------------------------------------------------------ recovery
 
-    def reconcile(self) -> list[Release]:
+    def reconcile(self, scenarios: list[str] | None = None) -> list[Release]:
         """Make the database agree with the artifact store; return the release rows it wrote.
+        ``scenarios`` limits the work to those (the follower passes the ones whose head moved).
 
         Releases in the store but not the database (a crash between the two writes, or another
         process between its two writes right now) are recorded from their manifests, oldest
@@ -168,9 +169,12 @@ class ReleaseChain:
         concurrent ref update was visible) cannot stop a healthy server.
         """
         added: list[Release] = []
-        scenarios = set(self.records.scenario_names())  # the database before the store, as below
-        scenarios |= set(self.artifacts.scenarios())
-        for scenario in sorted(scenarios):
+        if scenarios is None:
+            names = set(self.records.scenario_names())  # the database before the store, as below
+            names |= set(self.artifacts.scenarios())
+        else:
+            names = set(scenarios)
+        for scenario in sorted(names):
             rows = self.records.list_releases(scenario, newest_first=False)
             history = list(reversed(self.artifacts.history(scenario)))
             stored_ids = {s.release_id for s in history}

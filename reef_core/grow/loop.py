@@ -235,8 +235,8 @@ class LearningLoop:
             try:
                 heads = await asyncio.to_thread(self._store_heads)
                 moved = [s for s, c in heads.items() if self._serving_commits.get(s) != c]
-                if moved:
-                    await asyncio.to_thread(self.chain.reconcile)
+                if moved:  # only those scenarios: the cost stays independent of idle ones
+                    await asyncio.to_thread(self.chain.reconcile, moved)
                     for scenario in moved:
                         head = await asyncio.to_thread(self.chain.head, scenario)
                         if head is not None and self._serving_commits.get(scenario) != head.git_commit:
