@@ -27,7 +27,14 @@ PLUGIN_GROUPS = {
 }
 
 _SECRET_KEY = re.compile(r"(token|api_key|apikey|password|secret|authorization)", re.I)
-_URL_PASSWORD = re.compile(r"(?P<pre>[a-z][a-z0-9+.-]*://[^:/@\s]+:)(?P<pw>[^@\s]+)(?P<post>@)", re.I)
+#: the userinfo of a URL, up to its last ``@`` before the host (a password may hold ``@``)
+_URL_USERINFO = re.compile(r"(?P<pre>[a-z][a-z0-9+.-]*://)(?P<userinfo>[^/\s?#]*)@", re.I)
+
+
+def _mask_userinfo(match: re.Match) -> str:
+    """``user:secret@`` keeps the user; a lone ``token@`` or ``:token@`` is all secret."""
+    user, sep, _ = match.group("userinfo").partition(":")
+    return f"{match.group('pre')}{user}:****@" if sep and user else f"{match.group('pre')}****@"
 
 
 class _Strict(BaseModel):
@@ -252,7 +259,7 @@ def mask_secrets(value: Any, key: str = "") -> Any:
     if isinstance(value, str):
         if _SECRET_KEY.search(key) and value:
             return "****"
-        return _URL_PASSWORD.sub(r"\g<pre>****\g<post>", value)
+        return _URL_USERINFO.sub(_mask_userinfo, value)
     return value
 
 

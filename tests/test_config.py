@@ -75,6 +75,18 @@ def test_masking_hides_every_secret(monkeypatch):
     assert mask_secrets({"nested": {"Authorization": "Bearer x"}}) == {"nested": {"Authorization": "****"}}
 
 
+@pytest.mark.parametrize("url,masked", [
+    ("http://u:p@h/v1", "http://u:****@h/v1"),
+    ("http://u:p@ss@h/v1", "http://u:****@h/v1"),
+    ("http://:tok@h", "http://****@h"),
+    ("http://tok@h/x?a=b@c", "http://****@h/x?a=b@c"),
+    ("postgresql://reef:pw@db:5432/reef", "postgresql://reef:****@db:5432/reef"),
+    ("http://h/v1", "http://h/v1"),
+])
+def test_url_credentials_are_masked_in_every_form(url, masked):
+    assert mask_secrets({"url": url}) == {"url": masked}
+
+
 def test_config_file_merges_over_defaults(tmp_path):
     f = tmp_path / "reef.yaml"
     f.write_text("server:\n  port: 9100\n")
