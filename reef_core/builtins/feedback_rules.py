@@ -24,6 +24,7 @@ import httpx
 from ..hookspecs import hookimpl
 from ..observe import Batch, Experience, response_text
 from ..types import Candidate
+from .upstream import basic_auth, split_url_credentials
 
 log = logging.getLogger("reef.recipe.feedback_rules")
 
@@ -163,13 +164,18 @@ class FeedbackRulesRecipe:
                         "max_tokens": 200}
             return response_text(ctx.complete(body, None, timeout_s=60))
         cfg = dict(self.proposer)
-        url = str(cfg["url"]).rstrip("/")
+        # Credentials in the URL travel as Basic auth and never reach a message or log line.
+        url, credentials = split_url_credentials(str(cfg["url"]), key="recipe.proposer.url")
+        url = url.rstrip("/")
         if not url.endswith("/chat/completions"):
             url += "/chat/completions" if url.endswith("/v1") else "/v1/chat/completions"
         headers = {"authorization": f"Bearer {cfg['api_key']}"} if cfg.get("api_key") else {}
+        if credentials is not None and not headers:
+            headers["authorization"] = basic_auth(credentials)
         body = {"model": cfg.get("model") or "default", "messages": messages, "max_tokens": 200, "temperature": 0}
         r = httpx.post(url, json=body, headers=headers, timeout=float(cfg.get("timeout_s", 60)))
-        r.raise_for_status()
+        if r.status_code >= 400:  # raise_for_status() would quote the URL
+            raise RuntimeError(f"the proposer answered HTTP {r.status_code}")
         return response_text(r.json())
 
 

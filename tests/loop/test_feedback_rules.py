@@ -108,3 +108,17 @@ def test_proposer_rewrites_feedback_and_falls_back_on_error(tmp_path):
         up.fail(500, "overloaded")
         fallback = recipe.propose(Batch("s", [_exp("explain units")]), None, _ctx(tmp_path / "x"))
         assert fallback.metadata["added_rules"] == ["Explain units."]
+
+
+def test_proposer_url_credentials_go_as_basic_auth_and_never_into_the_log(tmp_path, caplog):
+    import base64
+
+    with FakeUpstream("openai", lambda body: "Answer briefly") as up:
+        url = up.url.replace("http://", "http://bot:s3cret@") + "/v1"
+        recipe = FeedbackRulesRecipe(proposer={"url": url, "model": "rewriter"})
+        recipe.propose(Batch("s", [_exp("too long")]), None, _ctx(tmp_path))
+        assert up.headers[-1]["authorization"] == "Basic " + base64.b64encode(b"bot:s3cret").decode()
+        up.fail(500, "overloaded")
+        with caplog.at_level(logging.DEBUG):
+            recipe.propose(Batch("s", [_exp("be precise")]), None, _ctx(tmp_path / "x"))
+        assert "proposer failed" in caplog.text and "s3cret" not in caplog.text
