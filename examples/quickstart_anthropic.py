@@ -1,11 +1,16 @@
 """Quickstart: the official Anthropic SDK against Reef, then feedback quoting the receipt.
 
+    scripts/serve                                    # the embedded SmolLM2, or a proxy:
     reef serve runtime.dialect=anthropic runtime.upstream_url=https://api.anthropic.com \
         runtime.api_key=$ANTHROPIC_API_KEY
     python examples/quickstart_anthropic.py          # REEF_URL, REEF_TOKEN, REEF_MODEL optional
 
-Reef translates when the upstream speaks the other dialect, so this also works in front of
-an OpenAI-compatible upstream. A test runs this file against a live Reef.
+The model is REEF_MODEL, else the first one Reef serves (``GET /v1/models``); a proxy that
+passes names through lists none, and then ``claude-haiku-4-5`` goes to the upstream. Reef
+answers any other name with 404 ``model_not_found``.
+
+Reef translates when the runtime speaks the other dialect, so this also works in front of
+the embedded model or an OpenAI-compatible upstream. A test runs this file against a live Reef.
 """
 
 from __future__ import annotations
@@ -15,11 +20,16 @@ import os
 import httpx
 from anthropic import Anthropic
 
+PASS_THROUGH_MODEL = "claude-haiku-4-5"
 
-def main(reef_url: str = "http://127.0.0.1:8900", token: str | None = None,
-         model: str = "claude-haiku-4-5") -> dict:
+
+def main(reef_url: str = "http://127.0.0.1:8900", token: str | None = None, model: str | None = None) -> dict:
     # Reef accepts the token as `Authorization: Bearer` or as the SDK's own `x-api-key`.
     client = Anthropic(base_url=reef_url, api_key=token or "no-token-needed-on-loopback")
+    if not model:
+        served = [m.id for m in client.models.list().data]
+        model = served[0] if served else PASS_THROUGH_MODEL
+    print("model:  ", model)
     headers = {"x-reef-scenario": "quickstart", "x-reef-session": "demo-2"}
 
     raw = client.messages.with_raw_response.create(
@@ -57,5 +67,4 @@ def main(reef_url: str = "http://127.0.0.1:8900", token: str | None = None,
 
 
 if __name__ == "__main__":
-    main(os.environ.get("REEF_URL", "http://127.0.0.1:8900"), os.environ.get("REEF_TOKEN"),
-         os.environ.get("REEF_MODEL", "claude-haiku-4-5"))
+    main(os.environ.get("REEF_URL", "http://127.0.0.1:8900"), os.environ.get("REEF_TOKEN"), os.environ.get("REEF_MODEL"))

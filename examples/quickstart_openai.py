@@ -1,7 +1,12 @@
 """Quickstart: the official OpenAI SDK against Reef, then feedback quoting the receipt.
 
+    scripts/serve                                   # the embedded SmolLM2, or a proxy:
     reef serve runtime.upstream_url=https://api.openai.com runtime.api_key=$OPENAI_API_KEY
     python examples/quickstart_openai.py            # REEF_URL, REEF_TOKEN, REEF_MODEL optional
+
+The model is REEF_MODEL, else the first one Reef serves (``GET /v1/models``); a proxy that
+passes names through lists none, and then ``gpt-4o-mini`` goes to the upstream. Reef answers
+any other name with 404 ``model_not_found``.
 
 A test (tests/serve/test_examples.py) runs this file against a live Reef, so it stays true.
 """
@@ -13,9 +18,15 @@ import os
 import httpx
 from openai import OpenAI
 
+PASS_THROUGH_MODEL = "gpt-4o-mini"
 
-def main(reef_url: str = "http://127.0.0.1:8900", token: str | None = None, model: str = "gpt-4o-mini") -> dict:
+
+def main(reef_url: str = "http://127.0.0.1:8900", token: str | None = None, model: str | None = None) -> dict:
     client = OpenAI(base_url=f"{reef_url}/v1", api_key=token or "no-token-needed-on-loopback")
+    if not model:
+        served = [m.id for m in client.models.list().data]
+        model = served[0] if served else PASS_THROUGH_MODEL
+    print("model:  ", model)
     headers = {"x-reef-scenario": "quickstart", "x-reef-session": "demo-1", "x-reef-tag-source": "quickstart"}
 
     # with_raw_response keeps the HTTP headers: the receipt is x-reef-agent-record-id.
@@ -55,5 +66,4 @@ def main(reef_url: str = "http://127.0.0.1:8900", token: str | None = None, mode
 
 
 if __name__ == "__main__":
-    main(os.environ.get("REEF_URL", "http://127.0.0.1:8900"), os.environ.get("REEF_TOKEN"),
-         os.environ.get("REEF_MODEL", "gpt-4o-mini"))
+    main(os.environ.get("REEF_URL", "http://127.0.0.1:8900"), os.environ.get("REEF_TOKEN"), os.environ.get("REEF_MODEL"))

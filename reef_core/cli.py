@@ -11,6 +11,7 @@ import functools
 import json
 import logging
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +27,11 @@ _config_file = click.option(
 
 
 def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn Reef's own errors into one line on stderr and their exit code."""
+    """Turn Reef's own errors into one line on stderr and their exit code.
+
+    ``reef serve`` raises every start-up failure as one (``StartupError`` and friends, exit 2),
+    whichever plugin, runtime or extension it came from.
+    """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -62,7 +67,16 @@ def main() -> None:
 @_friendly
 def serve(config_file: str | None, print_cfg: str | None, overrides: tuple[str, ...]) -> None:
     """Run the server. OVERRIDES are Hydra overrides such as server.port=9000."""
-    cfg, settings, plugins = load(overrides, config_file)
+    try:
+        cfg, settings, plugins = load(overrides, config_file)
+    except ReefError:
+        raise
+    except Exception as exc:  # a plugin failed where nothing names it (e.g. its config dir hook): still one line
+        from .kernel import startup_error
+
+        if "server.log_level=debug" in overrides:  # logging is not configured yet
+            traceback.print_exc()
+        raise startup_error("loading the plugins and the configuration failed", exc) from exc
     if print_cfg:
         from .config import masked_yaml
 

@@ -25,6 +25,29 @@ class PluginError(ReefError):
     exit_code = 2
 
 
+class StartupError(ReefError):
+    """The server could not start: a runtime, an extension or a plugin failed while starting.
+
+    The message names what failed and what to do about it; the CLI prints it on one line.
+    """
+
+    exit_code = 2
+
+
+class ModelNotFound(ReefError):
+    """A request names a model that is neither served nor a configured alias (404 ``model_not_found``).
+
+    ``served`` holds the names a client may use instead (served models, then aliases).
+    """
+
+    def __init__(self, model: str, served: list[str]):
+        shown = ", ".join(served[:20]) + (f" and {len(served) - 20} more" if len(served) > 20 else "")
+        super().__init__(f"model {model[:200]!r} is not served here; use one of: {shown or '(none)'} "
+                         f"(GET /v1/models lists them; runtime.model_aliases maps other names)")
+        self.model = model
+        self.served = served
+
+
 class StoreError(ReefError):
     """The record store refused an operation."""
 

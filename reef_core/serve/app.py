@@ -27,7 +27,8 @@ def create_app(reef: Reef) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        await reef.start()
+        if not reef.started:  # `reef serve` starts it before uvicorn, to report a failure in one line
+            await reef.start()
         state.writer.start()
         state.started = True
         try:

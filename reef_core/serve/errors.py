@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from ..errors import ConfigError, ConflictError, NotFoundError, ReefError, RuntimeCallError
+from ..errors import ConfigError, ConflictError, ModelNotFound, NotFoundError, ReefError, RuntimeCallError
 from . import jsonfast
 
 log = logging.getLogger("reef.serve")
@@ -177,6 +177,16 @@ def install_error_handlers(app: FastAPI) -> None:
     async def too_large(request: Request, exc: BodyTooLarge) -> Response:
         _count(request, 413)
         return error_response(dialect_of(request), 413, str(exc))
+
+    @app.exception_handler(ModelNotFound)
+    async def model_not_found(request: Request, exc: ModelNotFound) -> Response:
+        _count(request, 404)
+        dialect = dialect_of(request)
+        if dialect == "openai":  # what OpenAI itself answers for a model it does not serve
+            body = {"error": {"message": str(exc), "type": "invalid_request_error", "param": "model",
+                              "code": "model_not_found"}}
+            return Response(jsonfast.dumps(body), status_code=404, media_type="application/json")
+        return error_response(dialect, 404, str(exc), param="model")
 
     @app.exception_handler(ReefError)
     async def reef_error(request: Request, exc: ReefError) -> Response:

@@ -144,6 +144,7 @@ async def _serve(request: Request, principal: Principal, dialect: str, route: st
         if not isinstance(mt, int) or isinstance(mt, bool) or mt < 1:
             raise ClientError("max_tokens: a positive integer is required", param="max_tokens")
     reef = state.reef
+    body = reef.resolve_model(body)  # an alias becomes the served name; an unserved name is 404 model_not_found
     release = reef.serving_release(scenario)  # frozen for the whole request
     prepared = reef.prepare_body(scenario, body, dialect, release)
     state.scenarios.admit(scenario)  # 403 past server.max_scenarios, or when closed (server.scenarios_open)
@@ -171,9 +172,10 @@ async def messages(request: Request, principal: Principal = _infer) -> Response:
 
 @router.get("/v1/models", summary="Models served (OpenAI list shape; Anthropic shape with anthropic-version)")
 async def list_models(request: Request, principal: Principal = _infer) -> Response:
-    """The runtime's model ids. Clients sending ``anthropic-version`` get Anthropic's list shape."""
+    """The served model ids, then ``runtime.model_aliases``. Clients sending ``anthropic-version`` get
+    Anthropic's list shape."""
     state: ServeState = request.app.state.serve
-    names = list(state.reef.runtime.models())
+    names = state.reef.model_names()
     if "anthropic-version" in request.headers:
         data = [{"type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z"} for n in names]
         body: dict[str, Any] = {"data": data, "has_more": False, "first_id": names[0] if names else None,

@@ -4,53 +4,87 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import socket
+
+import uvicorn
 
 from ..config import Settings
+from ..errors import ConfigError, ReefError
+from ..kernel import Reef
 from ..plugins import Plugins
 
 log = logging.getLogger("reef")
 
 
-def effective_host(settings: Settings) -> str:
-    """With no token configured the server binds to loopback only, whatever was asked."""
+def effective_host(settings: Settings) -> tuple[str, str | None]:
+    """The address to bind, and a warning about it (None when there is none to give).
+
+    With no token configured the server binds to loopback only, whatever was asked.
+    """
     host = settings.server.host
     if settings.auth.tokens:
-        return host
+        return host, None
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = False
     if not loopback:
-        log.warning("no auth token configured: binding to 127.0.0.1 instead of %s "
-                    "(set REEF_TOKEN or auth.tokens to serve other hosts)", host)
-        return "127.0.0.1"
-    log.warning("no auth token configured: anyone on this machine can use the server")
-    return host
+        return "127.0.0.1", (f"no auth token configured: binding to 127.0.0.1 instead of {host} "
+                             "(set REEF_TOKEN or auth.tokens to serve other hosts)")
+    return host, "no auth token configured: anyone on this machine can use the server"
 
 
 def run_server(settings: Settings, plugins: Plugins) -> None:
     """Serve until interrupted: one uvicorn worker (uvloop and httptools when installed).
 
-    A runtime that cannot serve as configured (e.g. ``upstream`` without ``upstream_url``)
-    is a ``ConfigError`` before anything binds, which the CLI prints as one line.
+    Start-up happens before anything binds, in the event loop that then serves: the kernel is
+    built, its runtime started (the model loaded) and the extensions' ``on_start`` hooks run.
+    A failure there, like a runtime that cannot serve as configured (``upstream`` without
+    ``upstream_url``), is a ``ReefError`` naming what failed (``StartupError`` unless it is a
+    config or plugin error), which the CLI prints as one line with exit code 2; the traceback is
+    logged only at ``server.log_level=debug``. The app's lifespan then finds the kernel started.
     """
-    import uvicorn
-
     from ..cli import configure_logging
-    from ..kernel import Reef
     from .app import create_app
-
-    configure_logging(settings.server.log_level)
-    host = effective_host(settings)
-    reef = Reef(settings, plugins)
-    problem = getattr(reef.runtime, "config_problem", None)
-    if callable(problem) and problem():
-        from ..errors import ConfigError
-
-        raise ConfigError(problem())
-    app = create_app(reef)
     from .edge import uvicorn_options
 
-    # connection-level bounds (slow clients, connection cap, header size, malformed framing): edge.py
-    uvicorn.run(app, host=host, port=settings.server.port, log_level=settings.server.log_level,
-                access_log=False, timeout_graceful_shutdown=30, **uvicorn_options(settings))
+    configure_logging(settings.server.log_level)
+    try:
+        reef = Reef(settings, plugins)
+        problem = getattr(reef.runtime, "config_problem", None)
+        if callable(problem) and problem():
+            raise ConfigError(problem())
+        host, warning = effective_host(settings)
+        # connection-level bounds (slow clients, connection cap, header size, malformed framing): edge.py
+        config = uvicorn.Config(create_app(reef), host=host, port=settings.server.port,
+                                log_level=settings.server.log_level, access_log=False, timeout_graceful_shutdown=30,
+                                **uvicorn_options(settings))
+        _KernelFirstServer(config, reef, warning).run()
+    except KeyboardInterrupt:  # SIGINT while starting, or re-raised after a graceful stop: as uvicorn.run does
+        pass
+    except ReefError as exc:
+        log.debug("start-up failed", exc_info=exc)
+        raise
+
+
+class _KernelFirstServer(uvicorn.Server):
+    """uvicorn's server, with the kernel started in ``serve()`` before uvicorn's own start-up.
+
+    ``run()`` stays uvicorn's, so the event loop (uvloop when installed) is the one uvicorn
+    would pick, and ``serve()`` still captures SIGINT/SIGTERM for a graceful shutdown.
+    """
+
+    def __init__(self, config: uvicorn.Config, reef: Reef, warning: str | None):
+        super().__init__(config)
+        self.reef = reef
+        self.warning = warning
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        await self.reef.start()
+        if self.warning:
+            log.warning("%s", self.warning)
+        try:
+            await super().serve(sockets)
+        finally:
+            if self.reef.started:  # uvicorn stopped before the app's lifespan took the kernel over
+                await self.reef.stop()

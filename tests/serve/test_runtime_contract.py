@@ -52,7 +52,7 @@ def test_scripted_runtime_behind_openai_clients(tmp_path):
     runtime = ScriptedRuntime()
     with ReefServer(tmp_path, runtime=runtime) as reef:
         client = reef.openai()
-        raw = client.chat.completions.with_raw_response.create(model="x", messages=[
+        raw = client.chat.completions.with_raw_response.create(model="scripted", messages=[
             {"role": "user", "content": "hello"}])
         assert raw.parse().choices[0].message.content == "hi there"
         rec = reef.store.get_record(raw.headers["x-reef-agent-record-id"])
@@ -62,7 +62,7 @@ def test_scripted_runtime_behind_openai_clients(tmp_path):
         assert rec.model == "scripted" and rec.usage == {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5}
 
         with client.chat.completions.with_streaming_response.create(
-                model="x", stream=True, messages=[{"role": "user", "content": "hello"}]) as resp:
+                model="scripted", stream=True, messages=[{"role": "user", "content": "hello"}]) as resp:
             receipt = resp.headers["x-reef-agent-record-id"]
             chunks = list(resp.parse())
         assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "hi there"

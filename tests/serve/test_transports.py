@@ -68,7 +68,13 @@ def test_model_override_and_map(tmp_path):
                                                      "messages": [{"role": "user", "content": "x"}]})
         assert up.requests[-1]["model"] == "tiny"
         assert parse_sse(r.text)[-1][1]["type"] == "message_stop"
-        reef.client().post("/v1/messages", json={"model": "other", "max_tokens": 5,
+        sent = len(up.requests)
+        other = reef.client().post("/v1/messages", json={"model": "other", "max_tokens": 5,
+                                                         "messages": [{"role": "user", "content": "x"}]})
+        assert other.status_code == 404 and len(up.requests) == sent  # not served: never rewritten to `model`
+        reef.client().post("/v1/messages", json={"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]})
+        assert up.requests[-1]["model"] == "big"
+        reef.client().post("/v1/messages", json={"model": "big", "max_tokens": 5,
                                                  "messages": [{"role": "user", "content": "x"}]})
         assert up.requests[-1]["model"] == "big"
         assert sorted(m.id for m in reef.openai().models.list().data) == ["big", "small"]

@@ -123,6 +123,11 @@ class SGLangRuntime(Runtime):
             self._client = None
 
     def models(self) -> list[str]:
+        """The base model: ``runtime.model``, or the engine's first model once ``start()`` asked it.
+
+        Never empty after start (which fails when the engine lists no model), so requests naming
+        another model are refused by the kernel instead of being answered by this one. Adapters
+        are Reef's to pick per scenario; clients never name them."""
         return [self.model] if self.model else []
 
     def serving(self) -> dict[str, dict]:

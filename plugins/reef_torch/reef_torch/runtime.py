@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from reef_core.adapter_table import AdapterTable, Version, version_name
-from reef_core.errors import RuntimeCallError, RuntimeUnavailable
+from reef_core.errors import RuntimeCallError, RuntimeUnavailable, StartupError
 from reef_core.runtime import Runtime
 from reef_core.types import ActiveRelease, InferenceCall
 
+from .model_loading import EMBEDDED_ALIASES, EMBEDDED_MODEL_ID, ModelLoadError
 from .openai_format import (
     chunk,
     completion_body,
@@ -38,6 +39,14 @@ from .openai_format import (
 log = logging.getLogger(__name__)
 
 _END = object()
+
+
+class ModelNotLoadable(StartupError, ModelLoadError):
+    """``start()`` could not load the configured model; the message names the fix.
+
+    A ``StartupError``, so ``reef serve`` prints that sentence as one line and exits 2, and still
+    a ``ModelLoadError`` for code that catches what ``reef_torch.model_loading`` raises.
+    """
 
 
 class LocalRuntime(Runtime):
@@ -93,7 +102,10 @@ class LocalRuntime(Runtime):
         async with self._start_lock:
             if self.engine is not None:
                 return
-            loaded = await asyncio.to_thread(self._load)
+            try:
+                loaded = await asyncio.to_thread(self._load)
+            except ModelLoadError as exc:
+                raise ModelNotLoadable(str(exc)) from exc
             from .engine import GenerationEngine
 
             self.loaded = loaded
@@ -116,15 +128,18 @@ class LocalRuntime(Runtime):
             await asyncio.to_thread(engine.close)
 
     def models(self) -> list[str]:
+        """The one model served: requests naming another one are refused by the kernel (404)."""
         return [self.model_id]
 
     @property
     def model_id(self) -> str:
+        """The served model's name: ``SmolLM2-135M-Instruct`` for the embedded model, else the
+        model directory's name; the same before and after ``start()``."""
         if self.loaded is not None:
             return self.loaded.model_id
-        if self.model_option:
-            return Path(str(self.model_option)).name
-        return "SmolLM2-135M-Instruct"
+        if self.model_option in EMBEDDED_ALIASES:
+            return EMBEDDED_MODEL_ID
+        return Path(str(self.model_option)).expanduser().name
 
     @property
     def model_dir(self) -> Path:

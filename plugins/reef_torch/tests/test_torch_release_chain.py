@@ -52,7 +52,7 @@ def adapters(tiny_model_dir, tmp_path_factory) -> dict[str, Path]:
 
 def _ask(client, text="hello", scenario="default"):
     r = client.post("/v1/chat/completions", headers={"x-reef-scenario": scenario},
-                    json={"model": "tiny", "messages": [{"role": "user", "content": text}], "temperature": 0})
+                    json={"messages": [{"role": "user", "content": text}], "temperature": 0})
     assert r.status_code == 200, r.text
     return r.json()["choices"][0]["message"]["content"], r.headers["x-reef-agent-record-id"]
 

@@ -17,6 +17,11 @@ def reef(tiny_model_dir, tmp_path_factory):
         yield server
 
 
+def served(reef) -> str:
+    """The name the local runtime serves (the model directory's); requests naming another one get 404."""
+    return reef.reef.runtime.model_id
+
+
 def wait_record(reef, record_id):
     for _ in range(400):
         rec = reef.store.get_record(record_id)
@@ -29,7 +34,7 @@ def wait_record(reef, record_id):
 def test_openai_client_and_recorded_tokens(reef):
     client = reef.openai()
     raw = client.chat.completions.with_raw_response.create(
-        model="anything", messages=[{"role": "user", "content": "hello"}], temperature=0, max_tokens=6)
+        model=served(reef), messages=[{"role": "user", "content": "hello"}], temperature=0, max_tokens=6)
     out = raw.parse()
     assert out.choices[0].finish_reason in ("stop", "length")
     rec = wait_record(reef, raw.headers["x-reef-agent-record-id"])
@@ -39,17 +44,18 @@ def test_openai_client_and_recorded_tokens(reef):
     assert rec.adapter is None
 
     chunks = list(client.chat.completions.create(
-        model="anything", messages=[{"role": "user", "content": "hello"}], temperature=0, max_tokens=6, stream=True))
+        model=served(reef), messages=[{"role": "user", "content": "hello"}], temperature=0, max_tokens=6, stream=True))
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == out.choices[0].message.content
 
 
 def test_anthropic_client_is_translated(reef):
     msg = reef.anthropic().messages.create(
-        model="anything", max_tokens=6, messages=[{"role": "user", "content": "hello"}])
+        model=served(reef), max_tokens=6, messages=[{"role": "user", "content": "hello"}])
     assert msg.content[0].type == "text" and msg.usage.output_tokens >= 1
 
 
 def test_invalid_parameter_is_a_400_for_the_client(reef):
-    r = reef.client().post("/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 3})
+    body = {"model": served(reef), "messages": [{"role": "user", "content": "x"}], "n": 3}
+    r = reef.client().post("/v1/chat/completions", json=body)
     assert r.status_code == 400
     assert "'n' must be 1" in r.json()["error"]["message"]
