@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.resources
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -119,12 +120,6 @@ class Settings(_Strict):
             return str(url)
         return f"sqlite:///{self.state_dir / 'reef.db'}"
 
-    @property
-    def model_aliases(self) -> dict[str, str]:
-        """``runtime.model_aliases``: client model names answered by a served model on purpose."""
-        aliases = self.runtime.get("model_aliases") or {}
-        return {str(k): str(v) for k, v in dict(aliases).items()}
-
     def open_record_store(self):
         """The configured ``RecordStore`` (opening it runs pending migrations)."""
         from .store import RecordStore
@@ -225,6 +220,7 @@ def validate(cfg: DictConfig, plugins: Plugins | None = None, env: dict[str, str
     env = dict(os.environ if env is None else env)
     if env.get("REEF_TOKEN"):
         settings.auth.tokens.append(TokenSettings(token=env["REEF_TOKEN"], role="admin"))
+    parse_model_aliases(settings.runtime.get("model_aliases"))  # its shape; targets are checked at start
     from .plugins import check_options
 
     for group, kind in PLUGIN_GROUPS.items():
@@ -242,6 +238,24 @@ def validate(cfg: DictConfig, plugins: Plugins | None = None, env: dict[str, str
         for f in sc.filters:
             plugins.get("record_filter", f)
     return settings
+
+
+def parse_model_aliases(raw: Any) -> dict[str, str]:
+    """``runtime.model_aliases`` checked: a mapping of model names (strings) to model names."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"runtime.model_aliases must map client model names to served ones, e.g. "
+                          f"'+runtime.model_aliases={{gpt-4o-mini: SmolLM2-135M-Instruct}}', not {raw!r}")
+    aliases: dict[str, str] = {}
+    for alias, target in raw.items():
+        if not isinstance(alias, str) or not alias:
+            raise ConfigError(f"runtime.model_aliases: {alias!r} is not a model name (a non-empty string)")
+        if not isinstance(target, str) or not target:
+            raise ConfigError(f"runtime.model_aliases.{alias} must name a served model (a non-empty string), "
+                              f"not {target!r}")
+        aliases[alias] = target
+    return aliases
 
 
 def load_settings(overrides: list[str] | tuple[str, ...] = (), plugins: Plugins | None = None,

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from .config import Settings, mask_secrets
+from .config import Settings, mask_secrets, parse_model_aliases
 from .errors import ConfigError, ModelNotFound, PluginError, ReefError, StartupError
 from .plugins import Plugins, instantiate
 from .runtime import Runtime
@@ -32,7 +32,7 @@ class Reef:
         self.state_dir = settings.state_dir
         self.state_dir.mkdir(parents=True, exist_ok=True)
         #: client model name → served model name (``runtime.model_aliases``), for any runtime
-        self.model_aliases = _parse_aliases(settings.runtime.get("model_aliases"))
+        self.model_aliases = parse_model_aliases(settings.runtime.get("model_aliases"))
         name, options = settings.group("runtime")
         self.runtime_name = name
         own_store = store is None
@@ -241,20 +241,3 @@ def _hook_name(hook: Any) -> str:
         return f"extension {type(owner).__module__}.{type(owner).__qualname__}"
     return f"extension {getattr(hook, '__module__', '?')}.{getattr(hook, '__qualname__', repr(hook))}"
 
-
-def _parse_aliases(raw: Any) -> dict[str, str]:
-    """``runtime.model_aliases`` checked: a mapping of model names (strings) to model names."""
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"runtime.model_aliases must map client model names to served ones, e.g. "
-                          f"'+runtime.model_aliases={{gpt-4o-mini: SmolLM2-135M-Instruct}}', not {raw!r}")
-    aliases: dict[str, str] = {}
-    for alias, target in raw.items():
-        if not isinstance(alias, str) or not alias:
-            raise ConfigError(f"runtime.model_aliases: {alias!r} is not a model name (a non-empty string)")
-        if not isinstance(target, str) or not target:
-            raise ConfigError(f"runtime.model_aliases.{alias} must name a served model (a non-empty string), "
-                              f"not {target!r}")
-        aliases[alias] = target
-    return aliases

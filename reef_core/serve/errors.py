@@ -15,6 +15,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from ..errors import ConfigError, ConflictError, ModelNotFound, NotFoundError, ReefError, RuntimeCallError
@@ -203,6 +204,13 @@ def install_error_handlers(app: FastAPI) -> None:
             status = 500
         _count(request, status)
         return error_response(dialect_of(request), status, str(exc))
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_left(request: Request, exc: ClientDisconnect) -> Response:
+        # The client hung up (or was cut off by a body timeout) while its body was read: no one
+        # is there to answer, and it is no server error.
+        log.debug("client left during %s %s", request.method, request.url.path)
+        return error_response(dialect_of(request), 400, "the client disconnected before sending the whole body")
 
     @app.exception_handler(RecursionError)
     async def too_deep(request: Request, exc: RecursionError) -> Response:

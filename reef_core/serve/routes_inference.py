@@ -61,7 +61,9 @@ _RESPONSES = {
           "content": {"application/json": {"schema": {"type": "object"}}, "text/event-stream": {}}},
     400: {"description": "Malformed request (provider-shaped error)."},
     401: {"description": "Missing or invalid token."},
-    403: {"description": "Token lacks the `infer` role or the scenario."},
+    403: {"description": "Token lacks the `infer` role or the scenario, or the scenario cannot be created "
+                         "(`server.max_scenarios`, `server.scenarios_open`)."},
+    404: {"description": "`model` is neither served nor a `runtime.model_aliases` name (`model_not_found`)."},
     413: {"description": "Body larger than `server.max_body_bytes`."},
     502: {"description": "Upstream unreachable; upstream errors keep their own status."},
 }
