@@ -45,7 +45,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from ..config import ServerSettings, Settings
 from . import jsonfast
-from .errors import error_body
+from .errors import dialect_of, error_body
 
 log = logging.getLogger("reef.serve")
 
@@ -284,7 +284,10 @@ class EdgeHttpProtocol(HttpToolsProtocol):
         self.transport.close()
 
     def _error_bytes(self, status: int, message: str, error_type: str, extra_headers: bytes) -> bytes:
-        body = jsonfast.dumps(error_body("reef", status, message, error_type=error_type))
+        # The provider routes answer in their provider's shape, as the app would.
+        path = bytes(getattr(self, "url", b"") or b"").split(b"?", 1)[0].decode("latin-1")
+        dialect = dialect_of(path) if path else "reef"
+        body = jsonfast.dumps(error_body(dialect, status, message, error_type=error_type if dialect == "reef" else None))
         head = [STATUS_LINE[status]]
         for name, value in self.server_state.default_headers:
             head.extend([name, b": ", value, b"\r\n"])

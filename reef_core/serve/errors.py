@@ -164,8 +164,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> Response:
+        if any(e.get("type") == "json_invalid" for e in exc.errors()):
+            _count(request, 400)
+            return error_response(dialect_of(request), 400, "the request body is not valid JSON")
         message, param = _validation_message(exc)
-        status = 400 if any(e.get("type") == "json_invalid" for e in exc.errors()) else 422
+        status = 422
         _count(request, status)
         return error_response(dialect_of(request), status, message, param=param)
 

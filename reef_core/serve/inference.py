@@ -82,15 +82,23 @@ class Exchange:
         return Record(
             id=self.record_id, scenario=self.scenario, kind="inference", session=self.session, tags=self.tags,
             created_at=self.created_at, finished_at=datetime.now(timezone.utc), release_id=self.release_id,
-            runtime=runtime, model=model if isinstance(model, str) else None, route=self.route,
+            runtime=runtime, model=_text_column(model), route=self.route,
             request=self.body, response=response, status=status, error=error,
             latency_ms=(time.perf_counter() - self.started) * 1000.0,
             usage=usage_summary(response, self.dialect),
             prompt_token_ids=extras.get("prompt_token_ids"), response_token_ids=extras.get("response_token_ids"),
             logprobs=extras.get("logprobs"), logprobs_temperature=extras.get("logprobs_temperature"),
-            finish_reason=extras.get("finish_reason") or _finish_reason(response),
+            finish_reason=_text_column(extras.get("finish_reason") or _finish_reason(response), 32),
             adapter=extras.get("adapter"),
         )
+
+
+def _text_column(value: Any, limit: int = 200) -> str | None:
+    """A client- or upstream-chosen string as a text column can hold it: no NUL (PostgreSQL's
+    text refuses it, which would lose the whole record), at most ``limit`` characters."""
+    if not isinstance(value, str):
+        return None
+    return value.replace("\x00", "")[:limit] or None
 
 
 def _finish_reason(response: Any) -> str | None:

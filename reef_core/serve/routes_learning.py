@@ -25,10 +25,13 @@ from .routes_inference import SCENARIO_NAME
 router = APIRouter(tags=["learning"])
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"description": "malformed request (a body that is not JSON, or nested too deeply)"},
     401: {"description": "missing or unknown token"},
     403: {"description": "token lacks the role or the scenario"},
     404: {"description": "no such scenario, release or adapter"},
     409: {"description": "conflict (stale head, a step already running)"},
+    422: {"description": "a field has the wrong type or value"},
+    507: {"description": "the server's disk is full; nothing was changed"},
 }
 
 

@@ -39,8 +39,9 @@ class ReportIn(BaseModel):
     references: list[str] = Field(..., min_length=1, max_length=1000,
                                   description="Receipts (x-reef-agent-record-id) of the scenario, in order.")
     metadata: dict[str, Any] | None = None
-    report_id: str | None = Field(None, min_length=1, max_length=200,
-                                  description="Your id for this report: retries with the same body are idempotent.")
+    report_id: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$",
+                                  description="Your id for this report: retries with the same body are idempotent "
+                                              "(no control characters).")
 
 
 class ReportOut(BaseModel):
@@ -70,6 +71,12 @@ def _scenario_header(request: Request, state: ServeState) -> str:
     return scenario
 
 
+def _valid_scenario(scenario: str) -> None:
+    """A path naming no possible scenario is a 404 (as on the learning routes), before any lookup."""
+    if not SCENARIO_NAME.match(scenario):
+        raise ClientError(f"{scenario[:80]!r} is not a valid scenario name", status=404)
+
+
 def _parse_report(raw: bytes, max_depth: int) -> ReportIn:
     # The standard library parser, so NaN/Infinity literals reach validation and get a 422.
     try:
@@ -82,6 +89,7 @@ def _parse_report(raw: bytes, max_depth: int) -> ReportIn:
         raise ClientError("the request body must be a JSON object")
     if jsonfast.nesting_depth(data, max_depth) > max_depth:
         raise too_deep(max_depth)
+    _check_storable(data)
     score = data.get("score")
     if isinstance(score, bool) or (score is not None and not isinstance(score, (int, float))):
         raise ClientError("score: must be a number (not a boolean or a string)", 422, param="score")
@@ -94,6 +102,31 @@ def _parse_report(raw: bytes, max_depth: int) -> ReportIn:
         where = ".".join(str(p) for p in err["loc"])
         msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
         raise ClientError(f"{where}: {msg}", 422, param=where or None) from None
+
+
+def _check_storable(data: dict[str, Any]) -> None:
+    """Refuse what the standard library parser accepts but JSON (and PostgreSQL) does not: NaN
+    and infinities (``1e999`` parses as infinity) and strings that are not Unicode (a lone
+    surrogate escape such as ``"\ud800"``). ``score`` has its own, more precise message."""
+    for key, value in data.items():
+        if key == "score":
+            continue
+        stack = [value]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, float) and not math.isfinite(node):
+                raise ClientError(f"{key}: NaN and infinite numbers are not JSON", 422, param=key)
+            if isinstance(node, str):
+                try:
+                    node.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ClientError(f"{key}: a string is not valid Unicode (a lone surrogate)", 400,
+                                      param=key) from None
+            elif isinstance(node, dict):
+                stack.extend(node.keys())
+                stack.extend(node.values())
+            elif isinstance(node, list):
+                stack.extend(node)
 
 
 def _report_out(row: Report) -> dict[str, Any]:
@@ -172,6 +205,7 @@ async def get_scenario(scenario: str, request: Request,
                        principal: Principal = Depends(require_role())) -> dict[str, Any]:
     """Recipe, evaluator, head release, serving release, counts and the learning loop's state."""
     state: ServeState = request.app.state.serve
+    _valid_scenario(scenario)
     check_scenario(principal, scenario)
     reef = state.reef
 
@@ -237,13 +271,16 @@ def _with_reports(store: RecordStore, rows: list) -> list[dict[str, Any]]:
     return out
 
 
-def _as_utc(value: datetime | None) -> datetime | None:
+def _as_utc(value: datetime | None, param: str) -> datetime | None:
     """Aware UTC (what the store compares against); a time without a zone is taken as UTC."""
     if value is None:
         return None
     if value.tzinfo is None:
         return value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc)
+    try:
+        return value.astimezone(timezone.utc)
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+23:59 lies before year 1 in UTC
+        raise ClientError(f"{param}: out of range once converted to UTC", 422, param=param) from None
 
 
 @router.get("/reef/scenarios/{scenario}/records", tags=["records"], responses=_ERRORS)
@@ -262,6 +299,7 @@ async def list_records(
 ) -> dict[str, Any]:
     """Records of a scenario, each with the reports quoting it, one page at a time."""
     state: ServeState = request.app.state.serve
+    _valid_scenario(scenario)
     check_scenario(principal, scenario)
     newest_first = order == "newest"
     after = before = None
@@ -272,10 +310,11 @@ async def list_records(
         else:
             after = seq
     store = state.reef.store
+    since_utc, until_utc = _as_utc(since, "since"), _as_utc(until, "until")
 
     def read() -> dict[str, Any]:
-        rows = store.list_records(scenario, kind=kind, status=status, session=session, since=_as_utc(since),
-                                  until=_as_utc(until), after_seq=after, before_seq=before, limit=limit + 1,
+        rows = store.list_records(scenario, kind=kind, status=status, session=session, since=since_utc,
+                                  until=until_utc, after_seq=after, before_seq=before, limit=limit + 1,
                                   newest_first=newest_first)
         more = len(rows) > limit
         rows = rows[:limit]

@@ -25,6 +25,12 @@ _RECORD_COLUMNS = tuple(c.name for c in Record.__table__.columns if c.name != "s
 _INSERT_RECORD = insert(Record.__table__)
 
 
+def _storable(text: str) -> bool:
+    """Whether ``text`` can be an id in the store: PostgreSQL's text type cannot hold NUL, so
+    such an id was never stored, and asking the database for it would be an error, not a miss."""
+    return isinstance(text, str) and "\x00" not in text
+
+
 class ScenarioMismatch(ConflictError):
     """A report quotes a receipt that belongs to another scenario."""
 
@@ -80,11 +86,13 @@ class RecordStore:
         return record
 
     def get_record(self, record_id: str) -> Record | None:
+        if not _storable(record_id):
+            return None
         with self._read() as s:
             return s.exec(select(Record).where(Record.id == record_id)).first()
 
     def get_records(self, ids: Iterable[str]) -> dict[str, Record]:
-        ids = list(ids)
+        ids = [i for i in ids if _storable(i)]
         if not ids:
             return {}
         with self._read() as s:
@@ -106,6 +114,8 @@ class RecordStore:
         newest_first: bool = False,
     ) -> list[Record]:
         """Records of ``scenario`` matching the filters, ordered by storage sequence."""
+        if not all(_storable(v) for v in (scenario, kind, session) if v is not None):
+            return []  # nothing stored can match a NUL (and PostgreSQL refuses to compare it)
         q = select(Record).where(Record.scenario == scenario)
         if kind:
             q = q.where(Record.kind == kind)
@@ -216,6 +226,8 @@ class RecordStore:
         return existing
 
     def get_report(self, report_id: str) -> Report | None:
+        if not _storable(report_id):
+            return None
         with self._read() as s:
             return s.exec(select(Report).where(Report.id == report_id)).first()
 
