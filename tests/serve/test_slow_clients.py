@@ -64,15 +64,20 @@ def _parse(raw: bytes) -> tuple[int, dict[str, str], bytes]:
     return status, headers, body
 
 
-def _assert_json_error(raw: bytes, status: int, error_type: str) -> str:
-    """``raw`` is one JSON error answer with ``connection: close``; returns its message."""
+def _assert_json_error(raw: bytes, status: int, error_type: str, *, openai: bool = False) -> str:
+    """``raw`` is one JSON error answer with ``connection: close``; returns its message. On an
+    OpenAI route the error has OpenAI's shape (as the app's own errors there do)."""
     got, headers, body = _parse(raw)
     assert got == status, raw[:300]
     assert headers["content-type"] == "application/json"
     assert headers["connection"] == "close"
     assert int(headers["content-length"]) == len(body)
     error = json.loads(body)["error"]
-    assert error["type"] == error_type
+    if openai:
+        assert set(error) == {"message", "type", "param", "code"}
+        assert error["type"] == "invalid_request_error"
+    else:
+        assert error["type"] == error_type
     return error["message"]
 
 
@@ -164,7 +169,7 @@ def test_stalled_body_gets_408_and_is_closed(reef):
         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
                   b"content-length: 100\r\n\r\n{\"model\"")
         raw = _read_until_closed(s)
-    message = _assert_json_error(raw, 408, "request_timeout")
+    message = _assert_json_error(raw, 408, "request_timeout", openai=True)
     assert "server.body_timeout_s" in message
     assert reef.client().get("/healthz").status_code == 200
 
@@ -174,7 +179,7 @@ def test_stalled_chunked_body_gets_408(reef):
         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
                   b"transfer-encoding: chunked\r\n\r\n5\r\n{\"mod\r\n")
         raw = _read_until_closed(s)
-    _assert_json_error(raw, 408, "request_timeout")
+    _assert_json_error(raw, 408, "request_timeout", openai=True)
 
 
 def test_body_with_short_pauses_is_served(reef):
@@ -209,7 +214,7 @@ def test_malformed_framing_is_json_400(reef, raw):
     with _connect(reef) as s:
         s.sendall(raw)
         answer = _read_until_closed(s)
-    message = _assert_json_error(answer, 400, "bad_request")
+    message = _assert_json_error(answer, 400, "bad_request", openai=raw.startswith(b"POST /v1/chat"))
     assert message.startswith("malformed HTTP request: ")
 
 
