@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,18 @@ class ReefServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+    def wait_record(self, receipt: str, timeout: float = 10.0):
+        """The stored record of ``receipt``, waiting up to ``timeout`` seconds for it: a stream's
+        record is written as the stream ends, which may be just after the client read its end."""
+        deadline = time.monotonic() + timeout
+        while True:
+            record = self.store.get_record(receipt)
+            if record is not None:
+                return record
+            if time.monotonic() > deadline:
+                raise AssertionError(f"record {receipt} was never stored")
+            time.sleep(0.02)
 
     def _auth(self, token: str | None) -> dict[str, str]:
         token = token if token is not None else self.token

@@ -16,14 +16,6 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "one two three fo
 MSG = {"model": "m", "max_tokens": 50, "messages": [{"role": "user", "content": "one two three four five six"}]}
 
 
-def _wait_record(reef, receipt, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        rec = reef.store.get_record(receipt)
-        if rec is not None:
-            return rec
-        time.sleep(0.02)
-    raise AssertionError(f"record {receipt} was never stored")
 
 
 def _free_port() -> int:
@@ -76,7 +68,7 @@ def test_upstream_stream_cut_leaves_incomplete_record(reefs, upstreams, upstream
     events = parse_sse(r.text)
     last = events[-1][1]
     assert "error" in last  # the client learns the stream broke, in its own dialect
-    rec = _wait_record(reef, r.headers["x-reef-agent-record-id"])
+    rec = reef.wait_record(r.headers["x-reef-agent-record-id"])
     assert rec.status == "incomplete" and rec.error
     assert rec.response is not None  # what arrived before the cut
     ok = reef.client().post(route, json=body)
@@ -89,7 +81,7 @@ def test_upstream_stream_ending_early_is_incomplete(reefs, upstreams):
         with reefs["anthropic"].anthropic().messages.stream(**MSG) as s:
             receipt = s.response.headers["x-reef-agent-record-id"]
             s.get_final_message()
-    rec = _wait_record(reefs["anthropic"], receipt)
+    rec = reefs["anthropic"].wait_record(receipt)
     assert rec.status == "incomplete" and "final event" in rec.error
 
 
@@ -102,7 +94,7 @@ def test_client_disconnect_mid_stream_leaves_incomplete_record(reefs, upstreams,
         with c.stream("POST", route, json={**body, "stream": True}) as r:
             receipt = r.headers["x-reef-agent-record-id"]
             next(r.iter_bytes())  # some events arrived; now the client goes away
-    rec = _wait_record(reef, receipt)
+    rec = reef.wait_record(receipt)
     up.release()
     assert rec.status == "incomplete"
     assert "disconnected" in rec.error

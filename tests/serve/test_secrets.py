@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import logging
 import socket
-import time
 
 import pytest
 from click.testing import CliRunner
@@ -42,14 +41,6 @@ def _assert_clean(text: str, address: str) -> None:
     assert address not in text
 
 
-def _wait_record(reef: ReefServer, receipt: str, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        record = reef.store.get_record(receipt)
-        if record is not None:
-            return record
-        time.sleep(0.02)
-    raise AssertionError(f"record {receipt} was never stored")
 
 
 def _stored_error(reef: ReefServer, receipt: str) -> str:
@@ -107,7 +98,7 @@ def test_credentials_go_as_basic_auth_and_never_into_errors(tmp_path, caplog, di
             cut = reef.client().post(route, json={**body, "stream": True})
             assert cut.status_code == 200 and "error" in parse_sse(cut.text)[-1][1]
             _assert_clean(cut.text, address)
-            record = _wait_record(reef, cut.headers["x-reef-agent-record-id"])
+            record = reef.wait_record(cut.headers["x-reef-agent-record-id"])
             assert record.status == "incomplete" and "stream broke" in record.error
             _assert_clean(_stored_error(reef, record.id), address)
     assert SECRET not in caplog.text

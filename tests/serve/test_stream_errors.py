@@ -8,7 +8,6 @@ event stays a plain error answer.
 from __future__ import annotations
 
 import json
-import time
 
 import httpx
 import pytest
@@ -79,14 +78,6 @@ class RawUpstream:
         self.server.stop()
 
 
-def _wait_record(reef: ReefServer, receipt: str, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        record = reef.store.get_record(receipt)
-        if record is not None:
-            return record
-        time.sleep(0.02)
-    raise AssertionError(f"record {receipt} was never stored")
 
 
 def _streamed_text(events: list) -> str:
@@ -127,7 +118,7 @@ def test_error_with_the_first_events_keeps_the_partial_answer(upstream_and_reef,
     assert "error" in last and FAILURE in last["error"]["message"]  # in-band, in the client's dialect
     if route == "/v1/messages":
         assert events[-1][0] == "error" and last["type"] == "error"
-    record = _wait_record(reef, r.headers["x-reef-agent-record-id"])
+    record = reef.wait_record(r.headers["x-reef-agent-record-id"])
     assert record.status == "incomplete" and FAILURE in record.error
     assert _answer_text(record.response) == "Hello wor"
 
@@ -139,7 +130,7 @@ def test_error_as_the_first_event_is_a_plain_error_answer(upstream_and_reef, rou
     r = reef.client().post(route, json={**body, "stream": True})
     assert r.status_code == 502 and r.headers["content-type"].startswith("application/json")
     assert FAILURE in r.text
-    record = _wait_record(reef, r.headers["x-reef-agent-record-id"])
+    record = reef.wait_record(r.headers["x-reef-agent-record-id"])
     assert record.status == "error" and FAILURE in record.error
 
 
