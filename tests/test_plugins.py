@@ -18,7 +18,7 @@ from reef_core.errors import PluginError
 from reef_core.plugins import builtin_modules, load_plugins
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE = ROOT / "examples" / "reef-recipe-few-shot"
+EXAMPLE = ROOT / "examples" / "reef_recipe_few_shot"
 
 
 def test_every_hook_is_documented():
