@@ -65,7 +65,7 @@ def raw_generate(rt, prompt: str, tokens: int) -> tuple[int, float]:
 
 def make_adapter(model_dir: Path, out: Path, seed: int) -> Path:
     """A small LoRA for SmolLM2 (one training step: any weights do for timing a swap)."""
-    from reef_torch.training import PolicyTrainer, Sample, load_policy
+    from reef_train import PolicyTrainer, Sample, load_policy
 
     policy = load_policy(model_dir, r=8, alpha=16, seed=seed)
     trainer = PolicyTrainer(policy, pad_id=0, lr=1e-3, loss="reinforce", seed=seed)

@@ -1,5 +1,5 @@
-"""reef-torch: the local transformers + peft runtime for Reef, and the training toolkit
-that weight recipes share (``reef_torch.training``)."""
+"""reef-torch: the local transformers + peft runtime for Reef. The training toolkit weight
+recipes share lives in the ``reef-train`` library (``reef_train``)."""
 
 from .runtime import LocalRuntime
 

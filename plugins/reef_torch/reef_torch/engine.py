@@ -29,9 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from reef_train.sampling import make_generator, sample_rows
 from transformers import DynamicCache
-
-from .sampling import make_generator, sample_rows
 
 log = logging.getLogger(__name__)
 

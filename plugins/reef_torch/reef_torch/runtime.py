@@ -64,7 +64,7 @@ class LocalRuntime(Runtime):
 
     ``call.extras`` after a call: ``prompt_token_ids``, ``response_token_ids`` (every sampled
     token, including the final end-of-turn token), ``logprobs`` (one per response token; see
-    ``reef_torch.sampling`` for the convention), ``logprobs_temperature`` (the temperature
+    ``reef_train.sampling`` for the convention), ``logprobs_temperature`` (the temperature
     they were taken at), ``adapter`` (``<scenario>@<release_id>`` or None for the base),
     ``finish_reason``.
     """
@@ -154,17 +154,17 @@ class LocalRuntime(Runtime):
 
     @property
     def eos_token_ids(self) -> list[int]:
-        """Token ids that end a completion (for ``reef_torch.training.rollout``)."""
+        """Token ids that end a completion (for ``reef_train.rollout``)."""
         self._require_started()
         return sorted(self.engine.eos_ids)
 
     def training_policy(self, adapter_dir: str | Path | None = None, **lora: Any):
         """A trainable copy of the served base (with ``adapter_dir``'s LoRA, or a fresh one).
 
-        Training never touches the serving model: see ``reef_torch.training`` for why.
-        ``lora`` goes to ``reef_torch.training.load_policy`` (``r``, ``alpha``, ``seed`` …).
+        Training never touches the serving model: see ``reef_train.load_policy`` for why.
+        ``lora`` goes to ``reef_train.load_policy`` (``r``, ``alpha``, ``seed`` …).
         """
-        from .training import load_policy
+        from reef_train import load_policy
 
         self._require_started()
         lora.setdefault("device", self.loaded.device)

@@ -1,4 +1,5 @@
-"""Fixtures for reef-torch tests: a tiny random Llama with an offline character tokenizer.
+"""Fixtures for reef-torch tests: a tiny random Llama with an offline character tokenizer
+(``reef_train.testing.build_tiny_model``).
 
 Nothing is downloaded: the tokenizer is built with ``tokenizers`` in memory and the model
 from a ``LlamaConfig`` with a fixed seed.
@@ -12,7 +13,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import pytest
-from reef_torch_testing import build_tiny_model
+from reef_train.testing import build_tiny_model
 
 
 def pytest_configure(config):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from reef_torch_testing import Blocker, Gate, release, train_word_adapter, wait_until
+from reef_torch_testing import Blocker, Gate, release, wait_until
+from reef_train.testing import train_word_adapter
 
 from reef_core.errors import RuntimeCallError
 from reef_core.types import ActiveRelease, InferenceCall

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from reef_torch_testing import train_word_adapter
+from reef_train.testing import train_word_adapter
 
 from reef_core import Candidate
 from reef_core.plugins import Registered, get_plugins

@@ -4,7 +4,7 @@ Logprob convention (what ``call.extras["logprobs"]`` holds): the log-probability
 sampled token under the temperature-scaled distribution ``log_softmax(logits / T)``, taken
 *before* top-p truncation (top-p only narrows which tokens may be drawn). For greedy
 decoding (``temperature == 0``) it is taken at ``T = 1``, i.e. ``log_softmax(logits)``.
-This is exactly what ``reef_torch.training.token_logprobs(..., temperature=T)`` recomputes,
+This is exactly what ``reef_train.token_logprobs(..., temperature=T)`` recomputes,
 so importance ratios between the recorded policy and the current one start at 1.
 """
 

@@ -6,7 +6,7 @@ The pieces, each usable alone:
   (fresh, or continued from a published ``adapter/`` directory);
 * ``collate`` + ``token_logprobs`` — recompute the log-probability of recorded response
   tokens under the current policy, with the same convention the runtime records
-  (``log_softmax(logits / T)``; see ``reef_torch.sampling``), so a freshly loaded policy
+  (``log_softmax(logits / T)``; see ``reef_train.sampling``), so a freshly loaded policy
   reproduces the recorded ``logprobs`` and importance ratios start at 1;
 * ``reference_logprobs`` — the frozen base through ``with model.disable_adapter()``;
 * ``importance_ratios``, ``policy_gradient_loss`` (REINFORCE with advantages),

@@ -1,0 +1,63 @@
+"""The convention between the runtime and the training toolkit: the sampling logprobs the
+runtime records (``call.extras["logprobs"]``) are what ``reef_train`` recomputes for the same
+tokens, base or adapter, greedy or sampled, batched, at any temperature."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+from reef_torch_testing import release
+from reef_train import Sample, collate, importance_ratios, response_logprobs, token_logprobs
+from reef_train.testing import train_word_adapter
+from transformers import AutoTokenizer
+
+from reef_core.types import InferenceCall
+from reef_torch import LocalRuntime
+
+PROMPTS = ["hello", "what is two plus two?", "tell me a story", "hi there"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    return AutoTokenizer.from_pretrained(str(tiny_model_dir))
+
+
+async def record(rt, scenario, text, **body):
+    c = InferenceCall(
+        scenario=scenario, record_id="r", body={"messages": [{"role": "user", "content": text}], "max_tokens": 16, **body}
+    )
+    await rt.complete(c)
+    e = c.extras
+    return Sample(e["prompt_token_ids"], e["response_token_ids"], e["logprobs"]), e
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("with_adapter", [False, True])
+async def test_recompute_matches_recorded_sampling_logprobs(tiny_model_dir, tokenizer, tmp_path, with_adapter):
+    adapter = train_word_adapter(tiny_model_dir, tmp_path / "art", "mango", PROMPTS[:2], steps=15) if with_adapter else None
+    rt = LocalRuntime(model=str(tiny_model_dir), device="cpu")
+    await rt.start()
+    if adapter is not None:
+        await rt.activate(release("s", "r1", tmp_path, adapter))
+    recorded = {}
+    # greedy and sampled at T=1 (several at once, so batched rows are covered), then T=0.7
+    for t, seeds in ((0, [None]), (1.0, [1, 2, 3]), (0.7, [4])):
+        outs = await asyncio.gather(*(record(rt, "s", p, temperature=t, seed=s) for p in PROMPTS for s in seeds))
+        recorded[t] = outs
+    policy = rt.training_policy(adapter)  # a separate training copy of the served base
+    assert rt.eos_token_ids == [tokenizer.eos_token_id]
+    await rt.aclose()
+    assert all(e["adapter"] == ("s@r1" if adapter else None) for outs in recorded.values() for _, e in outs)
+
+    for t, outs in recorded.items():
+        samples = [s for s, _ in outs]
+        recomputed = response_logprobs(policy, samples, tokenizer.pad_token_id, temperature=t)
+        for s, lp in zip(samples, recomputed):
+            assert len(lp) == len(s.logprobs)
+            assert lp == pytest.approx(s.logprobs, abs=2e-4)
+        batch = collate(samples, tokenizer.pad_token_id)
+        with torch.no_grad():
+            ratios = importance_ratios(token_logprobs(policy, batch, t), batch.old_logprobs, batch.response_mask)
+        assert torch.allclose(ratios, torch.ones_like(ratios), atol=1e-3)
