@@ -223,6 +223,7 @@ def validate(cfg: DictConfig, plugins: Plugins | None = None, env: dict[str, str
     parse_model_aliases(settings.runtime.get("model_aliases"))  # its shape; targets are checked at start
     from .plugins import check_options
 
+    checked: dict[str, tuple[str, dict[str, Any]]] = {}  # group → (plugin name, options) checked
     for group, kind in PLUGIN_GROUPS.items():
         name, options = settings.group(group)
         if name is None:
@@ -231,9 +232,19 @@ def validate(cfg: DictConfig, plugins: Plugins | None = None, env: dict[str, str
             if not isinstance(name, str):  # set per instance: checked when the loop builds it
                 continue
         check_options(kind, name, options, plugins, prefix=group)
+        checked[group] = (name, options)
     for sname, sc in settings.scenarios.items():
+        # As the learning loop builds them: a scenario's options go over the root group's.
+        if sc.recipe_options:
+            name, options = checked["recipe"]
+            check_options("recipe", name, {**options, **sc.recipe_options}, plugins,
+                          prefix=f"scenarios.{sname}.recipe_options")
         if sc.evaluator:
             check_options("evaluator", sc.evaluator, sc.evaluator_options, plugins,
+                          prefix=f"scenarios.{sname}.evaluator_options")
+        elif sc.evaluator_options and "evaluator" in checked:
+            name, options = checked["evaluator"]
+            check_options("evaluator", name, {**options, **sc.evaluator_options}, plugins,
                           prefix=f"scenarios.{sname}.evaluator_options")
         for f in sc.filters:
             plugins.get("record_filter", f)
@@ -262,6 +273,11 @@ def load_settings(overrides: list[str] | tuple[str, ...] = (), plugins: Plugins 
                   config_file: str | Path | None = None) -> Settings:
     """Compose and validate in one step."""
     return validate(compose(overrides, plugins, config_file=config_file), plugins)
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a config key's value is a secret (a token, an API key, a password)."""
+    return bool(_SECRET_KEY.search(key))
 
 
 def mask_secrets(value: Any, key: str = "") -> Any:

@@ -21,7 +21,8 @@ import pluggy
 
 from . import hookspecs
 from .errors import PluginError
-from .protocols import HOOK_FOR_KIND, KINDS, missing_members
+from .option_types import option_annotations, option_type_problem, shown_value
+from .protocols import HOOK_FOR_KIND, KINDS, conform, missing_members
 
 
 def builtin_modules() -> list[str]:
@@ -243,8 +244,9 @@ def check_options(kind: str, name: str, options: dict[str, Any], plugins: Plugin
                   prefix: str | None = None, services: tuple[str, ...] = ()) -> inspect.Signature | None:
     """Check ``options`` against the constructor of the registered ``kind`` ``name``.
 
-    The constructor's signature is the schema: an option it does not take, or a required
-    parameter that is missing, is a ConfigError naming the key.
+    The constructor's signature is the schema: an option it does not take, a required
+    parameter that is missing, or a value that does not fit the parameter's annotation
+    (:mod:`reef_core.option_types`) is a ConfigError naming the key.
     """
     from .errors import ConfigError
 
@@ -264,6 +266,13 @@ def check_options(kind: str, name: str, options: dict[str, Any], plugins: Plugin
                 and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
                 and p.name not in options and p.name not in services and p.name not in SERVICE_NAMES):
             raise ConfigError(f"missing config key {prefix}.{p.name} for {kind.replace('_', ' ')} {name!r}")
+    annotations = option_annotations(cls)
+    for key, value in options.items():
+        if key in annotations:
+            problem = option_type_problem(annotations[key], value, params[key].default)
+            if problem:
+                raise ConfigError(f"invalid config key {prefix}.{key}: {problem}, got {shown_value(key, value)} "
+                                  f"({kind.replace('_', ' ')} {name!r})")
     return sig
 
 
@@ -271,16 +280,19 @@ def check_options(kind: str, name: str, options: dict[str, Any], plugins: Plugin
 SERVICE_NAMES = ("state_dir", "store", "plugins", "settings")
 
 
-def instantiate(kind: str, name: str, options: dict[str, Any], plugins: Plugins, **services: Any) -> Any:
+def instantiate(kind: str, name: str, options: dict[str, Any], plugins: Plugins, *, prefix: str | None = None,
+                **services: Any) -> Any:
     """Build the registered ``kind`` ``name`` as ``cls(**options)``.
 
     ``services`` (``state_dir``, ``store``, ...) are passed only when the constructor declares
-    a parameter of that name.
+    a parameter of that name. ``prefix`` is where the options sit in the config (``recipe``,
+    ``scenarios.support.recipe_options``; default: ``kind``): every error names it.
     """
     from .errors import ConfigError, PluginError
 
+    prefix = prefix or kind
     services = {"plugins": plugins, **services}  # the plugin set itself is a service too
-    sig = check_options(kind, name, options, plugins, services=tuple(services))
+    sig = check_options(kind, name, options, plugins, prefix=prefix, services=tuple(services))
     kwargs = dict(options)
     if sig is not None:
         for key, value in services.items():
@@ -290,11 +302,12 @@ def instantiate(kind: str, name: str, options: dict[str, Any], plugins: Plugins,
     try:
         obj = cls(**kwargs)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"invalid options for {kind.replace('_', ' ')} {name!r}: {exc}") from exc
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise ConfigError(f"invalid options in {prefix} for {kind.replace('_', ' ')} {name!r}: {reason}") from exc
     missing = missing_members(kind, obj)
     if missing:
         owner = plugins.registry[kind][name].plugin
         raise PluginError(
             f"plugin {owner!r}: {kind} {name!r} has no {', '.join(missing)} after construction"
         )
-    return obj
+    return conform(kind, obj)  # the contract's optional members, resolved once here

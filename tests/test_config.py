@@ -26,6 +26,8 @@ def test_overrides_and_per_scenario_settings(tmp_path):
     s = load_settings([
         "server.port=9001",
         "runtime.upstream_url=http://127.0.0.1:1/v1",
+        "recipe=feedback_rules",
+        "evaluator=always",
         "+scenarios.support.evaluator=always",
         "+scenarios.support.recipe_options.batch_size=3",
     ])
