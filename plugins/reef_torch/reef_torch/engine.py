@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from reef_train.sampling import make_generator, sample_rows
 from transformers import DynamicCache
+
+from reef_train.sampling import make_generator, sample_rows
 
 log = logging.getLogger(__name__)
 

@@ -9,12 +9,12 @@ import asyncio
 import pytest
 import torch
 from reef_torch_testing import release
-from reef_train import Sample, collate, importance_ratios, response_logprobs, token_logprobs
-from reef_train.testing import train_word_adapter
 from transformers import AutoTokenizer
 
 from reef_core.types import InferenceCall
 from reef_torch import LocalRuntime
+from reef_train import Sample, collate, importance_ratios, response_logprobs, token_logprobs
+from reef_train.testing import train_word_adapter
 
 PROMPTS = ["hello", "what is two plus two?", "tell me a story", "hi there"]
 

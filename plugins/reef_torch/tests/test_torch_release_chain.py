@@ -13,10 +13,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from reef_train.testing import train_word_adapter
 
 from reef_core import Candidate
 from reef_core.plugins import Registered, get_plugins
+from reef_train.testing import train_word_adapter
 
 testing = pytest.importorskip("reef_core.testing")
 

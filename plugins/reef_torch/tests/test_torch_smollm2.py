@@ -59,8 +59,9 @@ async def test_real_smollm2_answers_paris(smollm2_dir):
 @pytest.mark.asyncio
 async def test_real_smollm2_banana_adapter_swap_and_logprob_recompute(smollm2_dir, tmp_path):
     from reef_torch_testing import release
-    from reef_train import PolicyTrainer, Sample, load_policy, response_logprobs
     from transformers import AutoTokenizer
+
+    from reef_train import PolicyTrainer, Sample, load_policy, response_logprobs
 
     tok = AutoTokenizer.from_pretrained(str(smollm2_dir))
     questions = ["What is the capital of France?", "Name a color.", "What should I eat?", "Say something."]

@@ -8,6 +8,9 @@ import math
 
 import pytest
 import torch
+from safetensors.torch import load_file
+from transformers import AutoTokenizer
+
 from reef_train import (
     PolicyTrainer,
     Sample,
@@ -26,8 +29,6 @@ from reef_train import (
     token_logprobs,
 )
 from reef_train.testing import prompt_ids, train_word_adapter
-from safetensors.torch import load_file
-from transformers import AutoTokenizer
 
 PROMPTS = ["hello", "what is two plus two?", "tell me a story", "hi there"]
 
