@@ -1,33 +1,34 @@
-"""reef-train: the policy-gradient training toolkit Reef's weight recipes share.
+"""reef-train: the policy-gradient training toolkit Reef's weight recipes share (SAO,
+OpenClaw, TTT-Discover), and the sampling logprob convention the local runtime records.
 
-Train a LoRA on a separate copy of the served base, from recorded calls or fresh rollouts,
-and write the candidate artifact's ``adapter/``. ``reef_train.sampling`` holds the sampling
-logprob convention the local runtime (reef-torch) records and the toolkit recomputes.
+The pieces, each usable alone:
+
+* ``policy`` — ``load_policy``: a *separate* trainable copy of the served base model with a
+  LoRA adapter (fresh, or continued from a published ``adapter/`` directory; see the module
+  for why never the serving object); ``save_adapter`` writes the candidate's ``adapter/``;
+* ``data`` — ``Sample`` (recorded or sampled completion), ``collate`` into a ``TokenBatch``;
+* ``logprobs`` — ``token_logprobs`` / ``response_logprobs`` recompute the log-probability of
+  recorded response tokens with the convention the runtime records (``log_softmax(logits / T)``;
+  see ``sampling``), so a freshly loaded policy reproduces the recorded ``logprobs`` and
+  importance ratios start at 1; ``reference_logprobs`` — the frozen base;
+* ``losses`` — ``importance_ratios``, ``policy_gradient_loss`` (REINFORCE with advantages),
+  ``ppo_clip_loss``, ``kl_penalty`` (k1/k3 estimators) — masked token losses;
+* ``optim`` — ``make_optimizer`` / ``optimizer_step``: AdamW over the LoRA parameters only;
+* ``rollout`` — sample completions with their sampling logprobs from the training copy;
+* ``training`` — ``PolicyTrainer``, the usual loop around them, with a tqdm progress bar;
+* ``sampling`` — ``sample_rows`` / ``make_generator``, the next-token sampling both the
+  runtime's engine and ``rollout`` use;
+* ``testing`` — a tiny random model built offline, for tests of the toolkit and its users.
 """
 
+from .data import Sample, TokenBatch, collate
+from .logprobs import reference_logprobs, response_logprobs, token_logprobs
+from .losses import importance_ratios, kl_penalty, masked_mean, policy_gradient_loss, ppo_clip_loss
+from .optim import make_optimizer, optimizer_step, trainable_parameters
+from .policy import linear_module_names, load_policy, save_adapter, seed_everything
+from .rollout import rollout
 from .sampling import make_generator, sample_rows
-from .training import (
-    PolicyTrainer,
-    Sample,
-    TokenBatch,
-    collate,
-    importance_ratios,
-    kl_penalty,
-    linear_module_names,
-    load_policy,
-    make_optimizer,
-    masked_mean,
-    optimizer_step,
-    policy_gradient_loss,
-    ppo_clip_loss,
-    reference_logprobs,
-    response_logprobs,
-    rollout,
-    save_adapter,
-    seed_everything,
-    token_logprobs,
-    trainable_parameters,
-)
+from .training import PolicyTrainer
 
 __all__ = [
     "PolicyTrainer",

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import torch
 
-from .training import PolicyTrainer, Sample, load_policy
+from .data import Sample
+from .policy import load_policy
+from .training import PolicyTrainer
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>"]
 CHARS = list(string.ascii_lowercase + string.ascii_uppercase + string.digits + " .,!?'-:;\n")

@@ -1,0 +1,58 @@
+"""Masked token losses: importance ratios, REINFORCE with advantages, PPO's clipped
+surrogate, and KL estimators to a reference policy. Every tensor is ``[B, T - 1]``, aligned
+with ``TokenBatch.targets``; ``mask`` is the response mask."""
+
+from __future__ import annotations
+
+import torch
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of ``values`` where ``mask`` is 1 (0 where nothing is masked in)."""
+    if dim is None:
+        return (values * mask).sum() / mask.sum().clamp(min=1.0)
+    return (values * mask).sum(dim) / mask.sum(dim).clamp(min=1.0)
+
+
+def importance_ratios(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-token ``π_new / π_old`` = ``exp(logp - old_logp)``; 1 outside the mask."""
+    return torch.exp((logprobs - old_logprobs) * mask)
+
+
+def policy_gradient_loss(logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """REINFORCE: ``-mean(A · log π)`` over response tokens (advantages broadcast per token)."""
+    return -masked_mean(advantages * logprobs, mask)
+
+
+def ppo_clip_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_low: float = 0.2,
+    clip_high: float | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO's clipped surrogate, token-mean; returns ``(loss, {"clip_fraction", "ratio_mean"})``.
+
+    ``clip_high`` (default ``clip_low``) allows the asymmetric "clip-higher" variant.
+    """
+    high = clip_low if clip_high is None else clip_high
+    ratio = importance_ratios(logprobs, old_logprobs, mask)
+    clipped = ratio.clamp(1.0 - clip_low, 1.0 + high)
+    surrogate = torch.minimum(ratio * advantages, clipped * advantages)
+    loss = -masked_mean(surrogate, mask)
+    with torch.no_grad():
+        was_clipped = ((ratio - clipped).abs() > 1e-8).float()
+        stats = {"clip_fraction": float(masked_mean(was_clipped, mask)), "ratio_mean": float(masked_mean(ratio, mask))}
+    return loss, stats
+
+
+def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor, estimator: str = "k3") -> torch.Tensor:
+    """Token-mean KL(π ‖ π_ref) estimate from sampled tokens: ``k1`` = log ratio, ``k3`` =
+    ``exp(-d) - 1 + d`` with ``d = logp - ref`` (unbiased and always ≥ 0)."""
+    d = logprobs - ref_logprobs
+    if estimator == "k1":
+        return masked_mean(d, mask)
+    if estimator == "k3":
+        return masked_mean(torch.exp(-d) - 1.0 + d, mask)
+    raise ValueError(f"Unknown KL estimator {estimator!r}; use 'k1' or 'k3'.")

@@ -1,0 +1,39 @@
+"""AdamW over the LoRA parameters only, and one backward/clip/step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def trainable_parameters(model: Any) -> list[torch.nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def make_optimizer(model: Any, lr: float = 1e-4, weight_decay: float = 0.0) -> torch.optim.Optimizer:
+    """AdamW over the LoRA parameters only; refuses a model whose base weights would train."""
+    params = []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        if "lora_" not in name:
+            raise ValueError(f"Parameter {name} is trainable but not a LoRA weight; load the policy with load_policy().")
+        params.append(p)
+    if not params:
+        raise ValueError("The model has no trainable LoRA parameters; load the adapter with is_trainable=True.")
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+
+
+def optimizer_step(model: Any, optimizer: torch.optim.Optimizer, loss: torch.Tensor, max_grad_norm: float | None = 1.0) -> float:
+    """Backward, clip, step, zero; returns the gradient norm before clipping."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    params = trainable_parameters(model)
+    if max_grad_norm is not None:
+        norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    else:
+        norm = torch.sqrt(sum((p.grad.detach() ** 2).sum() for p in params if p.grad is not None))
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(norm)
