@@ -1,18 +1,68 @@
-"""Reef: an inference server that learns from the experience it serves."""
+"""Reef: an inference server that learns from the experience it serves.
 
+What a plugin needs is importable from here: the contract of each kind of plugin object
+(``Runtime``, ``Recipe``, ``Evaluator``, ``RecordFilter``, ``ArtifactStore``, ``HarnessAdapter``,
+``Grader``), the values those objects receive and return, the errors they raise, and
+``hookimpl`` to register them.
+"""
+
+from .commit.artifacts import StoredRelease
+from .commit.gate import EvalContext
+from .commit.harness import HarnessBundle, HarnessFile
+from .contracts import ArtifactStore, Evaluator, Grader, HarnessAdapter, Recipe, RecordFilter, Runtime
+from .errors import (
+    ConfigError,
+    ConflictError,
+    NotFoundError,
+    PluginError,
+    PublishConflict,
+    ReefError,
+    RuntimeCallError,
+    RuntimeUnavailable,
+    StartupError,
+)
+from .grow.context import RecipeContext
 from .hookspecs import hookimpl, hookspec
-from .runtime import Runtime
+from .observe import Batch, Experience, ExperienceRecord, FilterContext
 from .types import ActiveRelease, Candidate, Decision, Evaluation, InferenceCall
 
 __version__ = "0.1.0"
 
 __all__ = [
+    # contracts
+    "ArtifactStore",
+    "Evaluator",
+    "Grader",
+    "HarnessAdapter",
+    "Recipe",
+    "RecordFilter",
+    "Runtime",
+    # values plugins receive and return
     "ActiveRelease",
+    "Batch",
     "Candidate",
     "Decision",
+    "EvalContext",
     "Evaluation",
+    "Experience",
+    "ExperienceRecord",
+    "FilterContext",
+    "HarnessBundle",
+    "HarnessFile",
     "InferenceCall",
-    "Runtime",
+    "RecipeContext",
+    "StoredRelease",
+    # errors
+    "ConfigError",
+    "ConflictError",
+    "NotFoundError",
+    "PluginError",
+    "PublishConflict",
+    "ReefError",
+    "RuntimeCallError",
+    "RuntimeUnavailable",
+    "StartupError",
+    # registering
     "hookimpl",
     "hookspec",
     "__version__",

@@ -15,6 +15,7 @@ from typing import Any
 from .config import Settings, mask_secrets, parse_model_aliases
 from .errors import ConfigError, ModelNotFound, PluginError, ReefError, StartupError
 from .plugins import Plugins, instantiate
+from .protocols import conform
 from .runtime import Runtime
 from .store import RecordStore
 from .types import ActiveRelease
@@ -45,7 +46,7 @@ class Reef:
                 with _startup_step(f"runtime {name!r} could not be built"):
                     runtime = instantiate("runtime", name, options, plugins, state_dir=self.state_dir,
                                           settings=settings)
-            self.runtime: Runtime = runtime
+            self.runtime: Runtime = conform("runtime", runtime)
             self._check_aliases(list(runtime.models()))  # again at start, when the served names are complete
         except BaseException:
             if own_store:

@@ -22,7 +22,7 @@ import pluggy
 from . import hookspecs
 from .errors import PluginError
 from .option_types import option_annotations, option_type_problem, shown_value
-from .protocols import HOOK_FOR_KIND, KINDS, missing_members
+from .protocols import HOOK_FOR_KIND, KINDS, conform, missing_members
 
 
 def builtin_modules() -> list[str]:
@@ -310,4 +310,4 @@ def instantiate(kind: str, name: str, options: dict[str, Any], plugins: Plugins,
         raise PluginError(
             f"plugin {owner!r}: {kind} {name!r} has no {', '.join(missing)} after construction"
         )
-    return obj
+    return conform(kind, obj)  # the contract's optional members, resolved once here

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..contracts import Recipe
 from ..hookspecs import hookimpl
 
 
-class BasicRecipe:
+class BasicRecipe(Recipe):
     """Keeps every record and report; proposes nothing."""
 
     update_target = "none"
@@ -19,7 +20,7 @@ class BasicRecipe:
     batch_size = 0
     default_evaluator = "always"
 
-    def propose(self, batch: Any, current_artifact: Any, ctx: Any) -> None:
+    def propose(self, batch: Any, current: Any, ctx: Any) -> None:
         return None
 
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..commit.tasks import BUILTIN_GRADERS, PairedResult, load_tasks, run_paired
+from ..contracts import Evaluator
 from ..hookspecs import hookimpl
 from ..types import ActiveRelease, Candidate, Decision, Evaluation
 
 
-class AlwaysEvaluator:
+class AlwaysEvaluator(Evaluator):
     """Selects every candidate (record the decision, measure nothing)."""
 
     timeout_s = 60.0
@@ -27,7 +28,7 @@ class AlwaysEvaluator:
         return Decision("select", "evaluator 'always' selects every candidate")
 
 
-class TaskSuiteEvaluator:
+class TaskSuiteEvaluator(Evaluator):
     """Paired comparison on held-out tasks: selects when wins − losses > ``margin``.
 
     Options: ``tasks`` (list or JSONL path), ``grader`` (default for tasks naming none),

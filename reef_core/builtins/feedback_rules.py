@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import logging
 import re
-from pathlib import Path
 from typing import Any
 
 import httpx
 
+from ..contracts import Recipe
 from ..hookspecs import hookimpl
 from ..observe import Batch, Experience, response_text
-from ..types import Candidate
+from ..types import ActiveRelease, Candidate
 from .upstream import basic_auth, split_url_credentials
 
 log = logging.getLogger("reef.recipe.feedback_rules")
@@ -70,7 +70,7 @@ def render_rules(preamble: str, rules: list[str]) -> str:
     return head + "".join(f"- {r}\n" for r in rules)
 
 
-class FeedbackRulesRecipe:
+class FeedbackRulesRecipe(Recipe):
     """Turns the textual feedback of low-scored reports into rules in ``harness/rules.md``."""
 
     update_target = "harness"
@@ -98,14 +98,13 @@ class FeedbackRulesRecipe:
             return ["scored"]
         return ["scored", ("score_window", {"max": self.max_score})]
 
-    def propose(self, batch: Batch, current_artifact: Path | None, ctx: Any) -> Candidate | None:
+    def propose(self, batch: Batch, current: ActiveRelease | None, ctx: Any) -> Candidate | None:
         feedback = [(e, e.feedback_text()) for e in batch if e.feedback_text()]
         if not feedback:
             return None
-        current = ""
-        if current_artifact is not None and (current_artifact / "harness" / "rules.md").is_file():
-            current = (current_artifact / "harness" / "rules.md").read_text(encoding="utf-8")
-        preamble, rules = parse_rules(current)
+        rules_md = current.harness_dir / "rules.md" if current is not None and current.harness_dir else None
+        text = rules_md.read_text(encoding="utf-8") if rules_md is not None and rules_md.is_file() else ""
+        preamble, rules = parse_rules(text)
         keys = {rule_key(r) for r in rules}
         added: list[str] = []
         with ctx.progress.task("writing rules from feedback", total=len(feedback)) as bar:
@@ -156,7 +155,7 @@ class FeedbackRulesRecipe:
 
     def _ask(self, messages: list[dict[str, Any]], ctx: Any) -> str:
         if self.proposer == "runtime":
-            if getattr(ctx.runtime, "dialect", "openai") == "anthropic":
+            if ctx.runtime.dialect == "anthropic":
                 body = {"model": ctx.settings.runtime.get("model") or "default", "max_tokens": 200,
                         "system": messages[0]["content"], "messages": messages[1:]}
             else:

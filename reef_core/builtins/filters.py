@@ -11,18 +11,19 @@ import math
 from dataclasses import replace
 from typing import Any
 
+from ..contracts import RecordFilter
 from ..hookspecs import hookimpl
 from ..observe import Experience, ExperienceRecord, FilterContext
 
 
-class ScoredFilter:
+class ScoredFilter(RecordFilter):
     """Keeps experiences whose report carries a finite numeric score."""
 
     def apply(self, items: list[Experience], ctx: FilterContext) -> list[Experience]:
         return [e for e in items if e.score is not None and math.isfinite(e.score)]
 
 
-class ScoreWindowFilter:
+class ScoreWindowFilter(RecordFilter):
     """Keeps experiences scored within ``[min, max]`` (either bound optional, both inclusive).
 
     Unscored experiences are dropped whenever a bound is set.
@@ -42,7 +43,7 @@ class ScoreWindowFilter:
                 and (self.max is None or e.score <= self.max)]
 
 
-class DedupFilter:
+class DedupFilter(RecordFilter):
     """Drops experiences whose records repeat content seen earlier in the pool or already
     consumed by a candidate (content hash of request + response)."""
 
@@ -60,7 +61,7 @@ class DedupFilter:
         return kept
 
 
-class FreshnessFilter:
+class FreshnessFilter(RecordFilter):
     """Keeps experiences whose every record was served at most ``max_behind`` releases behind
     the scenario's head (0: only records served by the head itself)."""
 
@@ -74,7 +75,7 @@ class FreshnessFilter:
                 if all(ctx.releases_behind(r.release_id) <= self.max_behind for r in e.records)]
 
 
-class SessionFilter:
+class SessionFilter(RecordFilter):
     """Assembles sessions: attaches the other turns of each experience's ``x-reef-session``
     (oldest first) as ``session_records``. Context only: they are not consumed.
 

@@ -37,6 +37,7 @@ from ..commit.artifacts import (
     artifact_files,
     content_hash,
 )
+from ..contracts import ArtifactStore
 from ..errors import PublishConflict
 from ..hookspecs import hookimpl
 
@@ -63,7 +64,7 @@ def scenario_ref(scenario: str) -> str:
     return REF_PREFIX + quote(scenario, safe="").replace(".", "%2E").replace("~", "%7E")
 
 
-class GitArtifactStore:
+class GitArtifactStore(ArtifactStore):
     """Release chains in a bare git repository, refs moved by compare-and-swap."""
 
     def __init__(self, path: str | None = None, lfs_patterns: list[str] | tuple[str, ...] = ("*.safetensors", "*.bin"),

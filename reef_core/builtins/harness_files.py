@@ -32,6 +32,7 @@ from typing import Any
 
 from ..commit.artifacts import ArtifactError, check_path
 from ..commit.harness import HarnessBundle
+from ..contracts import HarnessAdapter
 from ..hookspecs import hookimpl
 
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789 .,_-/:=+@")
@@ -206,7 +207,7 @@ def _write_file(path: str, data: bytes) -> list[str]:
     return lines
 
 
-class FilesAdapter:
+class FilesAdapter(HarnessAdapter):
     """Renders a release's harness tree as a checksum-verified POSIX sh installer."""
 
     media_type = "text/x-shellscript"

@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from ..contracts import ArtifactStore
 from ..errors import ConflictError, NotFoundError, ReefError
+from ..protocols import conform
 from ..store import RecordStore, Release, new_id
 from ..types import ActiveRelease
 from .artifacts import (
@@ -50,8 +52,8 @@ class ChainInconsistent(ReefError):
 class ReleaseChain:
     """Publishes, rolls back, reconciles and materializes the releases of every scenario."""
 
-    def __init__(self, artifacts: Any, records: RecordStore, releases_dir: Path):
-        self.artifacts = artifacts
+    def __init__(self, artifacts: ArtifactStore, records: RecordStore, releases_dir: Path):
+        self.artifacts: ArtifactStore = conform("artifact_store", artifacts)
         self.records = records
         self.releases_dir = Path(releases_dir)
         self._materialize_lock = threading.Lock()
@@ -69,19 +71,11 @@ class ReleaseChain:
 
     def manifest(self, row: Release) -> dict[str, Any]:
         """The ``reef-release.json`` the artifact store holds for ``row``."""
-        read = getattr(self.artifacts, "read_manifest", None)
-        if callable(read):
-            return read(row.git_commit)
-        for stored in self.artifacts.history(row.scenario):
-            if stored.commit == row.git_commit:
-                return stored.manifest
-        raise NotFoundError(f"the artifact store has no commit {row.git_commit} for release {row.release_id}")
+        return self.artifacts.read_manifest(row.git_commit)
 
     def diff(self, row: Release) -> str | None:
         """Unified diff of a release's files against its parent's (or the empty tree); None when
         the artifact store cannot diff."""
-        if not callable(getattr(self.artifacts, "diff", None)):
-            return None
         parent = self.records.get_release(row.parent_id) if row.parent_id else None
         return self.artifacts.diff(parent.git_commit if parent else None, row.git_commit)
 

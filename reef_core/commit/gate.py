@@ -48,7 +48,7 @@ class EvalContext:
 
     @property
     def dialect(self) -> str:
-        return getattr(self.runtime, "dialect", "openai")
+        return self.runtime.dialect
 
     def complete(self, body: dict[str, Any], release: ActiveRelease | None, *,
                  timeout_s: float | None = None) -> dict[str, Any]:

@@ -51,6 +51,7 @@ class LearningLoop:
         self.artifacts = instantiate("artifact_store", name, options, reef.plugins,
                                      state_dir=state, settings=self.settings)
         self.chain = ReleaseChain(self.artifacts, self.store, state / "releases")
+        self.artifacts = self.chain.artifacts  # conformed: the optional members resolved
         self.harness = HarnessCache()
         self.scratch_root = state / "scratch"
         self.candidates_root = state / "candidates"
@@ -112,7 +113,7 @@ class LearningLoop:
         runtime = self.reef.runtime
         model = self.settings.runtime.get("model")
         if not model:
-            models = runtime.models() if callable(getattr(runtime, "models", None)) else []
+            models = runtime.models()
             model = models[0] if models else None
         return EvalContext(scenario=scenario, runtime=runtime, loop=self._running_loop(),
                            apply_harness=self.harness.apply, log=logging.getLogger("reef.eval"),
@@ -249,9 +250,7 @@ class LearningLoop:
                 log.exception("following the release chain failed")
 
     def _store_heads(self) -> dict[str, str]:
-        if callable(getattr(self.artifacts, "heads", None)):
-            return self.artifacts.heads()
-        return {s: h.commit for s in self.artifacts.scenarios() if (h := self.artifacts.head(s))}
+        return self.chain.artifacts.heads()
 
     async def _schedule(self, every_s: float) -> None:
         """Poke the scenarios with something to learn every ``every_s`` seconds; this also

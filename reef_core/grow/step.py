@@ -142,7 +142,7 @@ async def _propose(lp: LearningLoop, recipe_name: str, recipe: Any, batch: Batch
                         scratch_dir=scratch, progress=progress, log=logging.getLogger(f"reef.recipe.{recipe_name}"),
                         current=current, settings=lp.reef.settings, _model=lp.eval_context(batch.scenario, progress))
     try:
-        proposed = await asyncio.to_thread(recipe.propose, batch, current.path if current else None, ctx)
+        proposed = await asyncio.to_thread(recipe.propose, batch, current, ctx)
         if proposed is not None and not isinstance(proposed, Candidate):
             raise TypeError(f"propose returned {type(proposed).__name__}, not a Candidate or None")
         if proposed is not None:
@@ -177,7 +177,7 @@ async def _evaluate(lp: LearningLoop, candidate: Candidate, head: Any, current: 
         decision = Decision("reject", "the candidate is identical to the serving release")
     else:
         name, evaluator = lp.evaluator_for(candidate.scenario)
-        timeout = float(getattr(evaluator, "timeout_s", lp.default_eval_timeout_s))
+        timeout = float(evaluator.timeout_s if evaluator.timeout_s is not None else lp.default_eval_timeout_s)
         ectx = lp.eval_context(candidate.scenario, progress)
         evaluation, decision = await asyncio.to_thread(run_gate, evaluator, name, candidate, current, ectx, timeout)
     result.evaluation = {**evaluation.to_dict(), "decision": decision.outcome, "reason": decision.reason}

@@ -208,24 +208,10 @@ def _sse(dialect: str, event: dict[str, Any]) -> bytes:
     return b"event: " + str(event.get("type", "message")).encode() + b"\ndata: " + jsonfast.dumps(event) + b"\n\n"
 
 
-async def _single_events(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[list[dict[str, Any]]]:
-    try:
-        async for event in events:
-            yield [event]
-    finally:
-        aclose = getattr(events, "aclose", None)
-        if aclose is not None:
-            await aclose()
-
-
 def _open_stream(state: ServeState, call: InferenceCall) -> AsyncIterator[list[dict[str, Any]]]:
-    """The runtime's stream as batches of events: the runtime's own batches when it offers
-    ``stream_batches`` (one socket write per network read upstream), else one event each."""
-    runtime = state.reef.runtime
-    batches = getattr(runtime, "stream_batches", None)
-    if batches is not None:
-        return batches(call).__aiter__()
-    return _single_events(runtime.stream(call).__aiter__())
+    """The runtime's stream as batches of events (``Runtime.stream_batches``: the runtime's own
+    batches, one socket write per network read upstream, or by default one event each)."""
+    return state.reef.runtime.stream_batches(call).__aiter__()
 
 
 class _StreamJob:

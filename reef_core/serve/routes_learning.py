@@ -162,6 +162,6 @@ async def install_harness(request: Request, adapter: str = Query("files", descri
     release = _serving(request, scenario)
     bundle = await run_in_threadpool(harness_bundle, release)
     script = renderer.render(bundle)
-    return Response(script, media_type=getattr(renderer, "media_type", "text/plain"),
+    return Response(script, media_type=renderer.media_type,
                     headers={"x-reef-release-id": release.release_id,
                              "content-disposition": f'attachment; filename="reef-harness-{adapter}.sh"'})

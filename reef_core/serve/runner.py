@@ -51,9 +51,9 @@ def run_server(settings: Settings, plugins: Plugins) -> None:
     configure_logging(settings.server.log_level)
     try:
         reef = Reef(settings, plugins)
-        problem = getattr(reef.runtime, "config_problem", None)
-        if callable(problem) and problem():
-            raise ConfigError(problem())
+        problem = reef.runtime.config_problem()
+        if problem:
+            raise ConfigError(problem)
         host, warning = effective_host(settings)
         # connection-level bounds (slow clients, connection cap, header size, malformed framing): edge.py
         config = uvicorn.Config(create_app(reef), host=host, port=settings.server.port,

@@ -65,11 +65,11 @@ class ServeState:
             reef=reef,
             writer=writer,
             metrics=metrics,
-            runtime_dialect=getattr(runtime, "dialect", "openai"),
+            runtime_dialect=runtime.dialect,
             runtime_name=reef.runtime_name,
             default_scenario=reef.settings.server.default_scenario,
             max_body_bytes=reef.settings.server.max_body_bytes,
             max_json_depth=reef.settings.server.max_json_depth,
-            default_max_tokens=int(getattr(runtime, "default_max_tokens", 4096)),
+            default_max_tokens=int(runtime.default_max_tokens),
             scenarios=scenarios,
         )

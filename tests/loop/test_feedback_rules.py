@@ -29,6 +29,12 @@ def _exp(feedback, score=0.0, question="What is 2+2?"):
                       created_at=None, records=(rec,))
 
 
+def _args(tmp_path: Path, current: Path) -> tuple[ActiveRelease | None, RecipeContext]:
+    """``propose``'s second and third arguments: the serving release at ``current``, and a context."""
+    ctx = _ctx(tmp_path, current)
+    return ctx.current, ctx
+
+
 def _ctx(tmp_path: Path, current: Path | None = None) -> RecipeContext:
     scratch = tmp_path / "scratch"
     scratch.mkdir(parents=True, exist_ok=True)
@@ -56,7 +62,7 @@ def test_adds_new_rules_and_keeps_existing_ones(tmp_path):
     (current / "harness" / "system.md").write_text("You help.\n")
     batch = Batch("s", [_exp("cite SOURCES"), _exp("use metric units"), _exp({"comment": "Use metric units"}),
                         _exp(None)])
-    candidate = FeedbackRulesRecipe().propose(batch, current, _ctx(tmp_path, current))
+    candidate = FeedbackRulesRecipe().propose(batch, *_args(tmp_path, current))
     rules = (candidate.artifact_dir / "harness" / "rules.md").read_text()
     assert rules == "House style first.\n\n- Cite sources.\n- Use metric units.\n"
     assert (candidate.artifact_dir / "harness" / "system.md").read_text() == "You help.\n"
@@ -70,7 +76,7 @@ def test_nothing_new_proposes_nothing(tmp_path):
     current = tmp_path / "c"
     (current / "harness").mkdir(parents=True)
     (current / "harness" / "rules.md").write_text("- Be brief.\n")
-    assert recipe.propose(Batch("s", [_exp("be brief")]), current, _ctx(tmp_path, current)) is None
+    assert recipe.propose(Batch("s", [_exp("be brief")]), *_args(tmp_path, current)) is None
 
 
 def test_rule_cap_keeps_existing_rules(tmp_path):
@@ -78,7 +84,7 @@ def test_rule_cap_keeps_existing_rules(tmp_path):
     (current / "harness").mkdir(parents=True)
     (current / "harness" / "rules.md").write_text("- One.\n- Two.\n")
     recipe = FeedbackRulesRecipe(max_rules=3)
-    candidate = recipe.propose(Batch("s", [_exp("three"), _exp("four")]), current, _ctx(tmp_path, current))
+    candidate = recipe.propose(Batch("s", [_exp("three"), _exp("four")]), *_args(tmp_path, current))
     assert (candidate.artifact_dir / "harness" / "rules.md").read_text() == "- One.\n- Two.\n- Three.\n"
 
 

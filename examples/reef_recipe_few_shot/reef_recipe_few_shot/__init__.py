@@ -12,13 +12,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from reef_core import Candidate, hookimpl
+from reef_core import ActiveRelease, Batch, Candidate, Recipe, RecipeContext, hookimpl
 
 BEGIN = "<!-- few-shot examples: maintained by the few_shot recipe -->"
 END = "<!-- end few-shot examples -->"
 
 
-class FewShotRecipe:
+class FewShotRecipe(Recipe):
     """Adds highly scored exchanges to ``harness/system.md`` as examples (newest first, capped)."""
 
     update_target = "harness"
@@ -34,7 +34,7 @@ class FewShotRecipe:
         self.batch_size = int(batch_size)
         self.max_chars = int(max_chars)
 
-    def propose(self, batch: list[Any], current_artifact: Any, ctx: Any) -> Candidate | None:
+    def propose(self, batch: Batch, current: ActiveRelease | None, ctx: RecipeContext) -> Candidate | None:
         new = []
         for exp in batch:
             if exp.score is None or exp.score < self.min_score:
@@ -59,7 +59,7 @@ class FewShotRecipe:
             scenario=ctx.scenario,
             recipe=ctx.recipe,
             artifact_dir=artifact,
-            base_release_id=current_artifact.release_id if current_artifact else None,
+            base_release_id=current.release_id if current else None,
             summary=f"{len(merged)} few-shot example(s), {len(set(new) - set(examples))} new",
         )
 
