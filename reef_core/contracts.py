@@ -248,7 +248,8 @@ class ArtifactStore(ABC):
 
     @abstractmethod
     def materialize(self, scenario: str, commit: str, dest: Path) -> Path:
-        """Write the artifact of ``commit`` (without the manifest) to the new directory ``dest``; return it."""
+        """Write the artifact of ``commit`` to the new directory ``dest``; return it. A copy of the
+        manifest may come along (``reef-release.json`` is never part of the content hash)."""
 
     def heads(self) -> dict[str, str]:
         """{scenario: head commit} of every scenario; the follower polls it every 2 s.

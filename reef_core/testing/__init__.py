@@ -11,27 +11,57 @@
 - ``reef_settings(...)`` — validated settings for a test Reef without starting it.
 - ``ServerThread(app)`` — any ASGI app on a random port in a thread.
 - ``parse_sse(text)`` — events of a raw SSE body.
+- contract kits (``reef_core.testing.kits``): ``check_recipe``, ``check_evaluator``,
+  ``check_record_filter``, ``check_artifact_store``, ``check_harness_adapter``, ``check_grader``,
+  ``check_runtime`` — one call checks a plugin object against its contract; ``synthetic_batch``,
+  ``synthetic_release``, ``recipe_context``, ``eval_context``, ``EchoRuntime`` build their inputs.
 - ``reef_core.testing.pytest_plugin`` — ``fake_upstream`` and ``reef_server`` factory fixtures
   (loaded automatically through reef-core's ``pytest11`` entry point).
 """
 
 from .fake_upstream import FakeUpstream
+from .kits import (
+    EchoRuntime,
+    check_artifact_store,
+    check_evaluator,
+    check_grader,
+    check_harness_adapter,
+    check_recipe,
+    check_record_filter,
+    check_runtime,
+    eval_context,
+    recipe_context,
+    synthetic_batch,
+    synthetic_release,
+)
 from .reef_server import ReefServer, reef_settings
 from .replies import Reply, Responder, ToolCall, echo, last_user_text, system_prompt, tool_names, tool_results
 from .servers import ServerThread
 from .sse import parse_sse
 
 __all__ = [
+    "EchoRuntime",
     "FakeUpstream",
     "ReefServer",
     "Reply",
     "Responder",
     "ServerThread",
     "ToolCall",
+    "check_artifact_store",
+    "check_evaluator",
+    "check_grader",
+    "check_harness_adapter",
+    "check_recipe",
+    "check_record_filter",
+    "check_runtime",
     "echo",
+    "eval_context",
     "last_user_text",
     "parse_sse",
+    "recipe_context",
     "reef_settings",
+    "synthetic_batch",
+    "synthetic_release",
     "system_prompt",
     "tool_names",
     "tool_results",
