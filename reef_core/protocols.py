@@ -126,3 +126,35 @@ def unwrap(obj: T) -> T:
     if isinstance(obj, _Conformed):
         return object.__getattribute__(obj, "_inner")
     return obj
+
+
+def _call(contract: type, name: str) -> str:
+    """``name(param, ...)`` of a contract method (``*`` before keyword-only ones), or ``name``."""
+    member = inspect.getattr_static(contract, name)
+    if not callable(member):
+        return f"`{name}`"
+    shown, star = [], False
+    for p in list(inspect.signature(member).parameters.values())[1:]:
+        if p.kind is p.KEYWORD_ONLY and not star:
+            shown.append("*")
+            star = True
+        shown.append(p.name)
+    return f"`{name}({', '.join(shown)})`"
+
+
+def optional_members(contract: type) -> tuple[str, ...]:
+    """Public members the contract implements (the defaults a conforming object may override)."""
+    required = set(required_methods(contract)) | set(required_attributes(contract))
+    return tuple(name for name in vars(contract) if not name.startswith("_") and name not in required)
+
+
+def contracts_table() -> str:
+    """The Markdown table of every contract that docs/plugins.md carries (a test keeps them equal)."""
+    rows = ["| kind (hook) | contract | required | optional, with a default on the contract |", "|---|---|---|---|"]
+    for kind, contract in CONTRACTS.items():
+        required = [_call(contract, m) for m in required_methods(contract)]
+        required += [f"`{a}`" for a in required_attributes(contract)]
+        optional = [_call(contract, m) for m in optional_members(contract)] or ["—"]
+        rows.append(f"| {kind} (`{HOOK_FOR_KIND[kind]}`) | `reef_core.{contract.__name__}` | {', '.join(required)} "
+                    f"| {', '.join(optional)} |")
+    return "\n".join(rows)
