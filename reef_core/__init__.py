@@ -24,7 +24,7 @@ from .errors import (
 from .grow.context import RecipeContext
 from .hookspecs import hookimpl, hookspec
 from .observe import Batch, Experience, ExperienceRecord, FilterContext
-from .types import ActiveRelease, Candidate, Decision, Evaluation, InferenceCall
+from .types import ActiveRelease, Candidate, Decision, Evaluation, InferenceCall, PublishedRelease, StoredReport
 
 __version__ = "0.1.0"
 
@@ -50,8 +50,10 @@ __all__ = [
     "HarnessBundle",
     "HarnessFile",
     "InferenceCall",
+    "PublishedRelease",
     "RecipeContext",
     "StoredRelease",
+    "StoredReport",
     # errors
     "ConfigError",
     "ConflictError",

@@ -75,19 +75,24 @@ def register_artifact_stores(register):
 
 @hookspec
 def record_stored(record):
-    """Called after an inference record is durable; for metrics and integrations, must not block."""
+    """Called after an inference record is durable, with an ``ExperienceRecord`` (a frozen copy, not the
+    database row); for metrics and integrations, must not block."""
 
 
 @hookspec
 def report_stored(report):
-    """Called after a feedback report is durable; for metrics and integrations, must not block."""
+    """Called after a feedback report is durable, with a ``StoredReport`` (frozen); for metrics and
+    integrations, must not block."""
 
 
 @hookspec
 def candidate_evaluated(candidate, evaluation, decision):
-    """Called after an evaluator has decided on a candidate (selected, rejected or errored)."""
+    """Called after an evaluator has decided on a candidate (selected, rejected or errored), with copies
+    of the ``Candidate`` and ``Evaluation`` (changing them changes nothing in the kernel) and the frozen
+    ``Decision``."""
 
 
 @hookspec
 def release_published(release):
-    """Called after a release has been published to the chain and activated in serving."""
+    """Called after a release has been published to the chain and activated in serving, with a
+    ``PublishedRelease`` (frozen, not the database row)."""

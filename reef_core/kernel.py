@@ -68,10 +68,16 @@ class Reef:
         with _startup_step("the learning loop could not be set up"):
             install_learning(self)
 
+    def observed(self, event: str) -> bool:
+        """Whether a plugin hook or an in-process listener observes ``event`` (emitters skip building
+        the observers' read-only copies when nobody does)."""
+        return bool(self.listeners.get(event)) or bool(getattr(self.plugins.hook, event).get_hookimpls())
+
     def emit(self, event: str, **kwargs: Any) -> None:
         """Tell observers that something became durable (``record_stored``, ``report_stored``,
-        ``candidate_evaluated``, ``release_published``). Observer errors are logged, never raised:
-        an integration must not fail a request."""
+        ``candidate_evaluated``, ``release_published``) with read-only values, never store rows
+        (the emitters build them). Observer errors are logged, never raised: an integration must
+        not fail a request."""
         try:
             getattr(self.plugins.hook, event)(**kwargs)
         except Exception:

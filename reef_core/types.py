@@ -1,13 +1,16 @@
 """Plain value types passed between the kernel and plugins.
 
 Database rows live in ``reef_core.store.models``; these are the in-memory shapes that
-recipes, evaluators and runtimes exchange, so plugins never depend on the ORM.
+recipes, evaluators, runtimes and observers exchange, so plugins never depend on the ORM.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal
 
 UpdateTarget = Literal["harness", "adapter", "weights", "none"]
@@ -103,3 +106,58 @@ class Decision:
 
     outcome: Outcome
     reason: str = ""
+
+
+def _read_only(value: Any) -> Mapping[str, Any] | None:
+    return None if value is None else MappingProxyType(dict(value))
+
+
+@dataclass(frozen=True)
+class StoredReport:
+    """A feedback report as observers see it (``report_stored``): a read-only copy of the stored report.
+
+    ``references`` are the receipts (record ids) it quotes, in order; ``metadata`` is a read-only
+    mapping. Observers get this instead of the database row, so nothing they do reaches the store.
+    """
+
+    id: str
+    scenario: str
+    score: float | None = None
+    feedback: Any = None
+    references: tuple[str, ...] = ()
+    metadata: Mapping[str, Any] | None = None
+    created_at: datetime | None = None
+
+    @classmethod
+    def from_row(cls, row: Any) -> StoredReport:
+        """Copy a stored report row."""
+        return cls(id=row.id, scenario=row.scenario, score=row.score, feedback=row.feedback,
+                   references=tuple(row.references or ()), metadata=_read_only(row.meta), created_at=row.created_at)
+
+
+@dataclass(frozen=True)
+class PublishedRelease:
+    """A link of a scenario's release chain as observers see it (``release_published``).
+
+    ``operation`` is ``initial``, ``train`` or ``rollback``; ``candidate_id`` names the candidate a
+    trained release came from; ``evaluation`` (read-only) is what its evaluator measured.
+    """
+
+    scenario: str
+    release_id: str
+    sequence: int
+    content_hash: str
+    operation: str
+    parent_id: str | None = None
+    git_commit: str | None = None
+    candidate_id: str | None = None
+    evaluation: Mapping[str, Any] | None = None
+    created_at: datetime | None = None
+
+    @classmethod
+    def from_row(cls, row: Any) -> PublishedRelease:
+        """Copy a release row of the store."""
+        return cls(scenario=row.scenario, release_id=row.release_id, sequence=row.sequence,
+                   content_hash=row.content_hash, operation=row.operation, parent_id=row.parent_id,
+                   git_commit=row.git_commit, candidate_id=row.candidate_id,
+                   evaluation=_read_only(row.evaluation), created_at=row.created_at)

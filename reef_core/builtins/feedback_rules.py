@@ -22,9 +22,9 @@ import httpx
 
 from ..contracts import Recipe
 from ..hookspecs import hookimpl
+from ..kit.urls import basic_auth, split_url_credentials
 from ..observe import Batch, Experience, response_text
 from ..types import ActiveRelease, Candidate
-from .upstream import basic_auth, split_url_credentials
 
 log = logging.getLogger("reef.recipe.feedback_rules")
 

@@ -4,7 +4,7 @@ Requests are ``httpx.Request`` objects sent through one pooled httpx transport p
 (keep-alive connections, connect and read timeouts). With ``http_transport: auto`` (the
 default) the transport runs on aiohttp's pool when aiohttp is installed, because httpx's own
 pool costs milliseconds of CPU per request under concurrency (see
-``reef_core.serve.http_transport``); ``httpx`` forces httpx's own. The runtime speaks
+``reef_core.kit.http_transport``); ``httpx`` forces httpx's own. The runtime speaks
 ``dialect``; the server translates clients of the other dialect.
 Errors: a connection that cannot be made or times out is ``RuntimeUnavailable`` (502); an
 error status from the upstream is ``RuntimeCallError`` with that status and the upstream's
@@ -22,17 +22,17 @@ belongs in ``api_key``, and setting both is a configuration error.
 
 from __future__ import annotations
 
-import base64
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 
+from ..contracts import Runtime
 from ..errors import RuntimeCallError, RuntimeUnavailable
 from ..hookspecs import hookimpl
-from ..runtime import Runtime
-from ..serve import jsonfast
+from ..kit import jsonfast
+from ..kit.urls import basic_auth, redact_url, split_url_credentials
 from ..types import InferenceCall
 
 log = logging.getLogger("reef.upstream")
@@ -54,35 +54,6 @@ def _base_url(url: str) -> str:
     """Accept the endpoint with or without its ``/v1`` suffix."""
     url = url.rstrip("/")
     return url[:-3] if url.endswith("/v1") else url
-
-
-def split_url_credentials(url: str, key: str = "runtime.upstream_url") -> tuple[str, tuple[str, str] | None]:
-    """``url`` without its ``user:password@`` part, and that part (percent-decoded), if any.
-
-    A URL that does not parse is a ValueError that does not quote it: it may hold a password
-    (httpx's own message for ``http://user:pa/ss@host`` quotes part of it)."""
-    try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError, ValueError):
-        raise ValueError(f"{key} is not a valid URL (not shown here: it may contain credentials)") from None
-    if not parsed.userinfo:
-        return url, None
-    return str(parsed.copy_with(username=None, password=None)), (parsed.username, parsed.password)
-
-
-def redact_url(url: str) -> str:
-    """``scheme://host[:port]`` of ``url``, for log lines: no credentials, path or query."""
-    try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError, ValueError):
-        return "<unparsable URL>"
-    return f"{parsed.scheme}://{parsed.netloc.decode('ascii', 'replace')}"
-
-
-def basic_auth(credentials: tuple[str, str]) -> str:
-    """The ``Authorization`` header value for ``(user, password)``."""
-    user, password = credentials
-    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
 
 
 def _error_message(status: int, content: bytes) -> tuple[str, dict[str, Any] | None]:
@@ -121,7 +92,7 @@ class UpstreamRuntime(Runtime):
                                  "is set too; use one of them (URL credentials are sent as HTTP Basic auth)")
         if http_transport not in ("auto", "aiohttp", "httpx"):
             raise ValueError(f"runtime.http_transport must be auto, aiohttp or httpx, not {http_transport!r}")
-        from ..serve import http_transport as transports
+        from ..kit import http_transport as transports
 
         if http_transport == "aiohttp" and not transports.available():
             raise ValueError("runtime.http_transport is 'aiohttp' but aiohttp is not installed")
@@ -162,7 +133,7 @@ class UpstreamRuntime(Runtime):
             log.error("%s", UpstreamNotConfigured())
             return
         if self.http_transport == "aiohttp":
-            from ..serve.http_transport import AiohttpTransport
+            from ..kit.http_transport import AiohttpTransport
 
             self._transport = AiohttpTransport(max_connections=self.limits.max_connections or 256)
         else:

@@ -179,6 +179,8 @@ class HarnessCache:
 
 @dataclass(frozen=True)
 class HarnessFile:
+    """One file of a release's ``harness/`` tree: its path there, its bytes and their SHA-256."""
+
     path: str  # relative to harness/
     data: bytes
     sha256: str

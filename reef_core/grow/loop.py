@@ -20,7 +20,7 @@ from ..commit.harness import HarnessCache
 from ..observe import build_filters, eligible
 from ..plugins import instantiate
 from ..store import Release
-from ..types import ActiveRelease
+from ..types import ActiveRelease, PublishedRelease
 from .progress import LogProgress
 from .step import StepResult
 from .worker import ScenarioWorker
@@ -140,7 +140,7 @@ class LearningLoop:
         swapped = await self._swap(stored)
         row = await asyncio.to_thread(self.chain.record, stored)
         if swapped:
-            self.reef.emit("release_published", release=row)
+            self.reef.emit("release_published", release=PublishedRelease.from_row(row))
         return row
 
     # ------------------------------------------------------------------ lifecycle
@@ -243,7 +243,7 @@ class LearningLoop:
                         if head is not None and self._serving_commits.get(scenario) != head.git_commit:
                             log.info("%s: following release %s published elsewhere", scenario, head.release_id)
                             if await self._swap(head):
-                                self.reef.emit("release_published", release=head)
+                                self.reef.emit("release_published", release=PublishedRelease.from_row(head))
             except asyncio.CancelledError:
                 raise
             except Exception:  # keep following; the next round retries

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import shutil
 import tempfile
@@ -184,7 +185,9 @@ async def _evaluate(lp: LearningLoop, candidate: Candidate, head: Any, current: 
     row.status = {"select": "selected", "reject": "rejected", "error": "error"}[decision.outcome]
     await asyncio.to_thread(lp.store.update_candidate, row.id, evaluation=evaluation.to_dict(),
                             decision=decision.outcome, reason=decision.reason, status=row.status)
-    lp.reef.emit("candidate_evaluated", candidate=candidate, evaluation=evaluation, decision=decision)
+    if lp.reef.observed("candidate_evaluated"):  # copies: an observer cannot change what gets published
+        lp.reef.emit("candidate_evaluated", candidate=copy.deepcopy(candidate), evaluation=copy.deepcopy(evaluation),
+                     decision=decision)
     if decision.outcome != "select":
         result.outcome = "rejected" if decision.outcome == "reject" else "error"
         result.reason = decision.reason

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..errors import NotFoundError
 from ..store import Report, new_id, to_json
 from ..store.recordstore import RecordStore, ScenarioMismatch
+from ..types import StoredReport
 from . import jsonfast
 from .auth import Principal, check_scenario, require_role
 from .errors import ClientError
@@ -164,7 +165,7 @@ async def post_report(request: Request, principal: Principal = Depends(require_r
         raise
     if created:
         state.metrics.reports.labels(scenario).inc()
-        state.reef.emit("report_stored", report=stored)
+        state.reef.emit("report_stored", report=StoredReport.from_row(stored))
     return _report_out(stored)
 
 

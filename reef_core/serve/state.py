@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 
 from ..kernel import Reef
+from ..observe import ExperienceRecord
 from .metrics import Metrics
 from .scenarios import ScenarioRegistry
 from .writer import RecordWriter
@@ -52,7 +53,8 @@ class ServeState:
     def build(cls, reef: Reef, metrics: Metrics) -> ServeState:
         def stored(record) -> None:
             metrics.records.labels(record.status).inc()
-            reef.emit("record_stored", record=record)
+            if reef.observed("record_stored"):
+                reef.emit("record_stored", record=ExperienceRecord.from_row(record))
 
         writer = RecordWriter(reef.store, on_stored=stored, on_batch=metrics.observe_batch)
         runtime = reef.runtime

@@ -9,6 +9,9 @@
   kernel + app under uvicorn in a thread, with ``.url``, ``.store``, ``.reef`` (the kernel),
   ``.client()``, ``.openai()``, ``.anthropic()``; leaving it flushes records like a shutdown.
 - ``reef_settings(...)`` — validated settings for a test Reef without starting it.
+- ``registered(kind, name, obj)`` — a plugin object registered in this process for a block, in
+  place of its entry point; ``build_configured(kind, overrides)`` — the object the kernel builds
+  for ``kind`` from a composed configuration.
 - ``ServerThread(app)`` — any ASGI app on a random port in a thread.
 - ``parse_sse(text)`` — events of a raw SSE body.
 - contract kits (``reef_core.testing.kits``): ``check_recipe``, ``check_evaluator``,
@@ -34,6 +37,7 @@ from .kits import (
     synthetic_batch,
     synthetic_release,
 )
+from .plugins import build_configured, registered
 from .reef_server import ReefServer, reef_settings
 from .replies import Reply, Responder, ToolCall, echo, last_user_text, system_prompt, tool_names, tool_results
 from .servers import ServerThread
@@ -47,6 +51,7 @@ __all__ = [
     "Responder",
     "ServerThread",
     "ToolCall",
+    "build_configured",
     "check_artifact_store",
     "check_evaluator",
     "check_grader",
@@ -60,6 +65,7 @@ __all__ = [
     "parse_sse",
     "recipe_context",
     "reef_settings",
+    "registered",
     "synthetic_batch",
     "synthetic_release",
     "system_prompt",

@@ -17,8 +17,10 @@ from .servers import ServerThread
 
 def reef_settings(state_dir: str | Path, overrides: Iterable[str] = (), *,
                   upstream: FakeUpstream | str | None = None, dialect: str | None = None,
-                  tokens: list[dict[str, Any]] | None = None) -> Settings:
+                  tokens: list[dict[str, Any]] | None = None, config_file: str | Path | None = None) -> Settings:
     """Validated settings for a test Reef: state in ``state_dir``, runtime pointed at ``upstream``.
+
+    ``config_file`` is a YAML file composed under the overrides, as ``reef serve --config`` does.
 
     ``tokens`` replaces ``auth.tokens`` (e.g. ``[{"token": "t", "role": "infer",
     "scenarios": ["a"]}]``); ``REEF_TOKEN`` from the environment is dropped when given.
@@ -30,7 +32,7 @@ def reef_settings(state_dir: str | Path, overrides: Iterable[str] = (), *,
         dialect = dialect or (upstream.dialect if isinstance(upstream, FakeUpstream) else None)
     if dialect:
         ov.append(f"runtime.dialect={dialect}")
-    settings = load_settings([*ov, *overrides])
+    settings = load_settings([*ov, *overrides], config_file=config_file)
     if tokens is not None:
         settings.auth.tokens = [TokenSettings.model_validate(t) for t in tokens]
     return settings

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from reef_core.observe.experience import Batch, Experience, ExperienceRecord
+from reef_core import Batch, Experience, ExperienceRecord
 from reef_recipe_few_shot import BEGIN, FewShotRecipe, split_section
 
 

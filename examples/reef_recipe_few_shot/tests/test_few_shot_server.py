@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from reef_core.config import load_settings
-from reef_core.plugins import Registered, get_plugins
-from reef_core.testing import FakeUpstream, ReefServer, system_prompt
+from reef_core.testing import FakeUpstream, ReefServer, reef_settings, registered, system_prompt
 from reef_recipe_few_shot import FewShotRecipe
 
 
@@ -19,8 +17,6 @@ def _chat_and_score(client, question: str) -> None:
 
 
 def test_grows_twice_in_a_row_and_publishes_twice(tmp_path):
-    # in-process stand-in for the entry point (tests/test_plugins.py checks the installed package)
-    get_plugins().registry["recipe"]["few_shot"] = Registered("recipe", "few_shot", FewShotRecipe, "few_shot")
     config = tmp_path / "reef.yaml"
     config.write_text(yaml.safe_dump({"recipe": {"name": "few_shot", "batch_size": 2},
                                       "loop": {"enabled": False, "schedule_s": None}}))
@@ -30,9 +26,9 @@ def test_grows_twice_in_a_row_and_publishes_twice(tmp_path):
         prompts.append(system_prompt(body))
         return f"answer to {body['messages'][-1]['content']}"
 
-    with FakeUpstream("openai", model) as up:
-        settings = load_settings([f"server.state_dir={tmp_path / 'state'}", f"runtime.upstream_url={up.url}"],
-                                 get_plugins(), config_file=config)
+    # in-process stand-in for the entry point (tests/test_plugins.py checks the installed package)
+    with registered("recipe", "few_shot", FewShotRecipe, plugin="few_shot"), FakeUpstream("openai", model) as up:
+        settings = reef_settings(tmp_path / "state", upstream=up, config_file=config)
         with ReefServer(tmp_path, settings=settings) as server, server.client() as client:
             published = []
             for question in ("What is 2+2?", "What is 3+3?"):

@@ -29,11 +29,8 @@ from typing import Any
 
 import httpx
 
-from reef_core.adapter_table import AdapterTable, Version, version_name
-from reef_core.builtins.upstream import basic_auth, redact_url, split_url_credentials
-from reef_core.errors import RuntimeCallError, RuntimeUnavailable
-from reef_core.runtime import Runtime
-from reef_core.types import ActiveRelease, InferenceCall
+from reef_core import ActiveRelease, InferenceCall, Runtime, RuntimeCallError, RuntimeUnavailable
+from reef_core.kit import AdapterTable, Version, basic_auth, redact_url, split_url_credentials, version_name
 
 log = logging.getLogger(__name__)
 

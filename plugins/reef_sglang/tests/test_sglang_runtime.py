@@ -12,8 +12,7 @@ import pytest
 import yaml
 from fake_engine import BASE
 
-from reef_core.errors import RuntimeCallError, RuntimeUnavailable
-from reef_core.types import ActiveRelease, InferenceCall
+from reef_core import ActiveRelease, InferenceCall, RuntimeCallError, RuntimeUnavailable
 from reef_sglang import SGLangRuntime
 from reef_sglang import plugin as sglang_plugin
 

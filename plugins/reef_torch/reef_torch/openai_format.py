@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from reef_core.errors import RuntimeCallError
+from reef_core import RuntimeCallError
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reef_core.hookspecs import hookimpl
+from reef_core import hookimpl
 
 
 @hookimpl

@@ -21,10 +21,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from reef_core.adapter_table import AdapterTable, Version, version_name
-from reef_core.errors import RuntimeCallError, RuntimeUnavailable, StartupError
-from reef_core.runtime import Runtime
-from reef_core.types import ActiveRelease, InferenceCall
+from reef_core import ActiveRelease, InferenceCall, Runtime, RuntimeCallError, RuntimeUnavailable, StartupError
+from reef_core.kit import AdapterTable, Version, version_name
 
 from .model_loading import EMBEDDED_ALIASES, EMBEDDED_MODEL_ID, ModelLoadError
 from .openai_format import (

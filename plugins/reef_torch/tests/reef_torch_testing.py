@@ -11,7 +11,7 @@ def release(scenario: str, release_id: str, root: Path, adapter_from: Path | Non
     """An ``ActiveRelease`` whose artifact holds a copy of ``adapter_from`` (or no adapter)."""
     import shutil
 
-    from reef_core.types import ActiveRelease
+    from reef_core import ActiveRelease
 
     path = root / f"{scenario}-{release_id}"
     path.mkdir(parents=True, exist_ok=True)

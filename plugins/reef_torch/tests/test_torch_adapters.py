@@ -7,8 +7,7 @@ import asyncio
 import pytest
 from reef_torch_testing import Blocker, Gate, release, wait_until
 
-from reef_core.errors import RuntimeCallError
-from reef_core.types import ActiveRelease, InferenceCall
+from reef_core import ActiveRelease, InferenceCall, RuntimeCallError
 from reef_torch import LocalRuntime
 from reef_train.testing import train_word_adapter
 

@@ -11,7 +11,7 @@ import torch
 from reef_torch_testing import release
 from transformers import AutoTokenizer
 
-from reef_core.types import InferenceCall
+from reef_core import InferenceCall
 from reef_torch import LocalRuntime
 from reef_train import Sample, collate, importance_ratios, response_logprobs, token_logprobs
 from reef_train.testing import train_word_adapter

@@ -34,15 +34,8 @@ def test_config_group_matches_the_constructor():
 
 
 def test_kernel_composes_and_instantiates_runtime_local():
-    from omegaconf import OmegaConf
+    from reef_core.testing import build_configured
 
-    from reef_core.config import compose
-    from reef_core.plugins import instantiate, load_plugins
-
-    plugins = load_plugins(env={"REEF_PLUGINS": "torch"})
-    assert "local" in plugins.names("runtime")
-    cfg = compose(["runtime=local", "runtime.max_batch_size=4"], plugins)
-    options = OmegaConf.to_container(cfg.runtime)
-    assert options.pop("name") == "local"
-    rt = instantiate("runtime", "local", options, plugins, state_dir=Path("."))
+    rt = build_configured("runtime", ["runtime=local", "runtime.max_batch_size=4"], env={"REEF_PLUGINS": "torch"},
+                          state_dir=Path("."))
     assert isinstance(rt, LocalRuntime) and rt.max_batch_size == 4 and rt.engine is None  # nothing loaded yet

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from reef_core import Candidate
-from reef_core.plugins import Registered, get_plugins
 from reef_train.testing import train_word_adapter
 
 testing = pytest.importorskip("reef_core.testing")
@@ -67,7 +66,6 @@ def _grow(client, scenario: str = "default") -> dict:
 
 
 def test_adapter_release_evaluated_published_swapped_and_rolled_back(tiny_model_dir, adapters, tmp_path):
-    get_plugins().registry["recipe"]["word_adapter"] = Registered("recipe", "word_adapter", WordAdapterRecipe, "tests")
     tasks = "[" + ",".join(f"{{prompt: '{p}', expected: banana}}" for p in PROMPTS[:3]) + "]"
     overrides = [
         "runtime=local", f"runtime.model={tiny_model_dir}", "runtime.device=cpu", "runtime.max_new_tokens_default=6",
@@ -76,7 +74,8 @@ def test_adapter_release_evaluated_published_swapped_and_rolled_back(tiny_model_
         "+evaluator.params.temperature=0", "+evaluator.params.max_tokens=6",
         "+scenarios.free.evaluator=always",
     ]
-    with testing.ReefServer(tmp_path / "state", overrides, tokens=ADMIN, token="adm") as reef:
+    with testing.registered("recipe", "word_adapter", WordAdapterRecipe), \
+            testing.ReefServer(tmp_path / "state", overrides, tokens=ADMIN, token="adm") as reef:
         client = reef.client(timeout=120)
         base, _ = _ask(client)
         assert "banana" not in base

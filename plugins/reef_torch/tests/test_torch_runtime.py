@@ -7,8 +7,7 @@ import asyncio
 import pytest
 from reef_torch_testing import Gate, wait_until
 
-from reef_core.errors import RuntimeCallError
-from reef_core.types import InferenceCall
+from reef_core import InferenceCall, RuntimeCallError
 from reef_torch import LocalRuntime
 
 PROMPTS = ["hello", "what is two plus two?", "tell me a story", "hi", "ok", "why is the sky blue", "abc", "zzz top"]

@@ -10,7 +10,7 @@ import importlib.util
 
 import pytest
 
-from reef_core.types import InferenceCall
+from reef_core import InferenceCall
 from reef_torch import LocalRuntime
 
 pytestmark = pytest.mark.skipif(

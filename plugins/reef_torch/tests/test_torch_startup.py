@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from reef_core.errors import StartupError
+from reef_core import StartupError
 from reef_torch.model_loading import EMBEDDED_MODEL_ID, ModelLoadError
 from reef_torch.runtime import LocalRuntime, ModelNotLoadable
 

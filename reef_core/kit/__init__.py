@@ -1,0 +1,52 @@
+"""The plugin author's kit: shared helpers for runtimes and other plugins, without torch or the server.
+
+Plugins import these from here (``from reef_core.kit import AdapterTable``); the submodules are
+where the code lives, not a separate surface. What is in the kit:
+
+- ``AdapterTable``, ``Version``, ``version_name`` — which adapter version each scenario serves
+  and when an old one may be unloaded, for runtimes that hot-swap LoRA adapters
+  (``reef_core.kit.adapters``).
+- ``split_url_credentials``, ``redact_url``, ``basic_auth`` — configured URLs that may carry
+  ``user:password@``: credentials out of the URL and into a Basic ``Authorization`` header,
+  the host alone in log lines (``reef_core.kit.urls``).
+- ``AiohttpTransport``, ``aiohttp_available`` — an ``httpx`` transport on aiohttp's connection
+  pool, for a runtime's hot path to its model server (``reef_core.kit.http_transport``;
+  imported on first use, so the kit does not import aiohttp until asked).
+- ``jsonfast`` — ``dumps`` (to bytes), ``loads``, ``nesting_depth``: orjson when installed,
+  the standard library otherwise.
+
+The kernel itself uses the same code (``reef_core.adapter_table``, ``reef_core.serve.jsonfast``
+and ``reef_core.serve.http_transport`` re-export it), so there is one copy of each helper.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import jsonfast
+from .adapters import AdapterTable, Version, version_name
+from .urls import basic_auth, redact_url, split_url_credentials
+
+_LAZY = {"AiohttpTransport": "AiohttpTransport", "aiohttp_available": "available"}
+
+
+def __getattr__(name: str) -> Any:
+    # The transport module imports aiohttp: load it only for a runtime that uses it.
+    if name in _LAZY:
+        from . import http_transport
+
+        return getattr(http_transport, _LAZY[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "AdapterTable",
+    "AiohttpTransport",
+    "Version",
+    "aiohttp_available",
+    "basic_auth",
+    "jsonfast",
+    "redact_url",
+    "split_url_credentials",
+    "version_name",
+]
