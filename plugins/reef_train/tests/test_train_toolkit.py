@@ -41,27 +41,14 @@ def tokenizer(tiny_model_dir):
 def test_rollout_logprobs_match_recompute(tiny_model_dir, tokenizer):
     policy = load_policy(tiny_model_dir, include_lm_head=True, seed=0)
     prompts = [prompt_ids(tokenizer, p) for p in PROMPTS]
-    samples = rollout(
-        policy,
-        prompts,
-        pad_id=tokenizer.pad_token_id,
-        eos_ids=[tokenizer.eos_token_id],
-        num_samples=2,
-        max_new_tokens=10,
-        temperature=1.0,
-        seed=5,
-    )
+
+    def sample():
+        return rollout(policy, prompts, pad_id=tokenizer.pad_token_id, eos_ids=[tokenizer.eos_token_id],
+                       num_samples=2, max_new_tokens=10, temperature=1.0, seed=5)
+
+    samples = sample()
     assert len(samples) == 8 and samples[0].prompt_ids == samples[1].prompt_ids
-    again = rollout(
-        policy,
-        prompts,
-        pad_id=tokenizer.pad_token_id,
-        eos_ids=[tokenizer.eos_token_id],
-        num_samples=2,
-        max_new_tokens=10,
-        temperature=1.0,
-        seed=5,
-    )
+    again = sample()  # the same seed samples the same responses
     assert [s.response_ids for s in again] == [s.response_ids for s in samples]
     recomputed = response_logprobs(policy, samples, tokenizer.pad_token_id)
     for s, lp in zip(samples, recomputed):
