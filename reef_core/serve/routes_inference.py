@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
@@ -14,12 +13,11 @@ from . import jsonfast
 from .auth import Principal, check_scenario, require_role
 from .errors import ClientError
 from .inference import Exchange, complete, stream
+from .scenarios import header_scenario
 from .state import ServeState
 
 router = APIRouter(tags=["inference"])
 
-#: ``\Z``, not ``$``: ``$`` also matches before a trailing newline (``"a\n"`` would pass)
-SCENARIO_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}\Z")
 _TAG_PREFIX = "x-reef-tag-"
 _MAX_TAGS = 32
 
@@ -88,12 +86,7 @@ def _request_meta(request: Request, default_scenario: str) -> tuple[str, str | N
             if len(tags) >= _MAX_TAGS:
                 raise ClientError(f"too many x-reef-tag-* headers (at most {_MAX_TAGS})")
             tags[name[len(_TAG_PREFIX):]] = value[:1000]
-    if not scenario:
-        scenario = default_scenario
-    elif not SCENARIO_NAME.match(scenario):
-        raise ClientError(f"x-reef-scenario {scenario[:80]!r} is not a valid scenario name (letters, digits, "
-                          f"'_', '-', '.', ':'; at most 200 characters)", param="x-reef-scenario")
-    return scenario, session, tags
+    return header_scenario(scenario, default_scenario), session, tags
 
 
 def parse_json_object(raw: bytes, max_depth: int) -> dict[str, Any]:

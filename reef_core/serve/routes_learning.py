@@ -19,8 +19,7 @@ from ..errors import NotFoundError
 from ..plugins import instantiate
 from ..store import to_json
 from .auth import Principal, check_scenario, require_role
-from .errors import ClientError
-from .routes_inference import SCENARIO_NAME
+from .scenarios import header_scenario, path_scenario
 
 router = APIRouter(tags=["learning"])
 
@@ -47,9 +46,7 @@ def _loop(request: Request):
 
 
 def _scenario(scenario: str, principal: Principal) -> str:
-    if not SCENARIO_NAME.match(scenario):
-        raise ClientError(f"{scenario[:80]!r} is not a valid scenario name", status=404)
-    check_scenario(principal, scenario)
+    check_scenario(principal, path_scenario(scenario))
     return scenario
 
 
@@ -124,9 +121,8 @@ async def grow(scenario: str, request: Request,
 
 
 def _harness_scenario(request: Request, principal: Principal) -> str:
-    scenario = request.headers.get("x-reef-scenario", "").strip() or request.app.state.reef.settings.server.default_scenario
-    if not SCENARIO_NAME.match(scenario):
-        raise ClientError(f"x-reef-scenario {scenario[:80]!r} is not a valid scenario name")
+    scenario = header_scenario(request.headers.get("x-reef-scenario"),
+                               request.app.state.reef.settings.server.default_scenario)
     check_scenario(principal, scenario)
     return scenario
 

@@ -20,8 +20,8 @@ from ..types import StoredReport
 from . import jsonfast
 from .auth import Principal, check_scenario, require_role
 from .errors import ClientError
-from .routes_inference import SCENARIO_NAME, too_deep
-from .scenarios import decode_name_cursor, encode_name_cursor
+from .routes_inference import too_deep
+from .scenarios import decode_name_cursor, encode_name_cursor, header_scenario, path_scenario
 from .state import ServeState
 
 router = APIRouter()
@@ -63,19 +63,6 @@ class ErrorOut(BaseModel):
 
 
 _ERRORS = {s: {"model": ErrorOut} for s in (400, 401, 403, 404, 409, 422)}
-
-
-def _scenario_header(request: Request, state: ServeState) -> str:
-    scenario = request.headers.get("x-reef-scenario", "").strip() or state.default_scenario
-    if not SCENARIO_NAME.match(scenario):
-        raise ClientError(f"x-reef-scenario {scenario[:80]!r} is not a valid scenario name")
-    return scenario
-
-
-def _valid_scenario(scenario: str) -> None:
-    """A path naming no possible scenario is a 404 (as on the learning routes), before any lookup."""
-    if not SCENARIO_NAME.match(scenario):
-        raise ClientError(f"{scenario[:80]!r} is not a valid scenario name", status=404)
 
 
 def _parse_report(raw: bytes, max_depth: int) -> ReportIn:
@@ -146,7 +133,7 @@ async def post_report(request: Request, principal: Principal = Depends(require_r
     answer; other body: 409). Unknown receipt: 404; receipt of another scenario: 409. Nothing is
     written when the report is refused."""
     state: ServeState = request.app.state.serve
-    scenario = _scenario_header(request, state)
+    scenario = header_scenario(request.headers.get("x-reef-scenario"), state.default_scenario)
     check_scenario(principal, scenario)
     state.scenarios.admit(scenario, register=False)  # receipts belong to a known scenario: never a new one
     report = _parse_report(await request.body(), state.max_json_depth)
@@ -206,7 +193,7 @@ async def get_scenario(scenario: str, request: Request,
                        principal: Principal = Depends(require_role())) -> dict[str, Any]:
     """Recipe, evaluator, head release, serving release, counts and the learning loop's state."""
     state: ServeState = request.app.state.serve
-    _valid_scenario(scenario)
+    path_scenario(scenario)
     check_scenario(principal, scenario)
     reef = state.reef
 
@@ -300,7 +287,7 @@ async def list_records(
 ) -> dict[str, Any]:
     """Records of a scenario, each with the reports quoting it, one page at a time."""
     state: ServeState = request.app.state.serve
-    _valid_scenario(scenario)
+    path_scenario(scenario)
     check_scenario(principal, scenario)
     newest_first = order == "newest"
     after = before = None

@@ -22,13 +22,38 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import re
 import threading
 from collections.abc import Iterable
 from typing import Any
 
 from .errors import ClientError
 
-__all__ = ["ScenarioRegistry", "decode_name_cursor", "encode_name_cursor", "pinned_scenarios"]
+__all__ = ["SCENARIO_NAME", "ScenarioRegistry", "decode_name_cursor", "encode_name_cursor", "header_scenario",
+           "path_scenario", "pinned_scenarios"]
+
+#: what a scenario name may be; ``\Z``, not ``$``: ``$`` also matches before a trailing newline
+SCENARIO_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}\Z")
+_NAME_RULE = "letters, digits, '_', '-', '.', ':'; at most 200 characters"
+
+
+def header_scenario(value: str | None, default: str) -> str:
+    """The scenario a request names in ``x-reef-scenario`` (``default`` when absent or blank);
+    a value that is no scenario name is the client's 400."""
+    scenario = (value or "").strip()
+    if not scenario:
+        return default
+    if not SCENARIO_NAME.match(scenario):
+        raise ClientError(f"x-reef-scenario {scenario[:80]!r} is not a valid scenario name ({_NAME_RULE})",
+                          param="x-reef-scenario")
+    return scenario
+
+
+def path_scenario(scenario: str) -> str:
+    """The scenario a route's path names; one that is no scenario name is a 404 before any lookup."""
+    if not SCENARIO_NAME.match(scenario):
+        raise ClientError(f"{scenario[:80]!r} is not a valid scenario name ({_NAME_RULE})", status=404)
+    return scenario
 
 #: longest cursor ``decode_name_cursor`` reads (a scenario name is at most 200 characters)
 _MAX_NAME_CURSOR = 1200
