@@ -120,6 +120,19 @@ class Settings(_Strict):
             return str(url)
         return f"sqlite:///{self.state_dir / 'reef.db'}"
 
+    def evaluator_for(self, scenario: str) -> tuple[str | None, dict[str, Any]]:
+        """(evaluator name, options) of ``scenario``, the one rule every caller uses:
+        ``scenarios.<s>.evaluator`` with its ``evaluator_options`` when set; otherwise the root
+        ``evaluator`` group with the scenario's ``evaluator_options`` over its options. A None
+        name (``evaluator=recipe_default``) means the recipe's own ``default_evaluator``."""
+        sc = self.scenarios.get(scenario)
+        if sc is not None and sc.evaluator:
+            return sc.evaluator, dict(sc.evaluator_options)
+        name, options = self.group("evaluator")
+        if sc is not None:
+            options = {**options, **sc.evaluator_options}
+        return name, options
+
     def open_record_store(self):
         """The configured ``RecordStore`` (opening it runs pending migrations)."""
         from .store import RecordStore
@@ -239,12 +252,9 @@ def validate(cfg: DictConfig, plugins: Plugins | None = None, env: dict[str, str
             name, options = checked["recipe"]
             check_options("recipe", name, {**options, **sc.recipe_options}, plugins,
                           prefix=f"scenarios.{sname}.recipe_options")
-        if sc.evaluator:
-            check_options("evaluator", sc.evaluator, sc.evaluator_options, plugins,
-                          prefix=f"scenarios.{sname}.evaluator_options")
-        elif sc.evaluator_options and "evaluator" in checked:
-            name, options = checked["evaluator"]
-            check_options("evaluator", name, {**options, **sc.evaluator_options}, plugins,
+        if sc.evaluator or (sc.evaluator_options and "evaluator" in checked):
+            name, options = settings.evaluator_for(sname)
+            check_options("evaluator", name or checked["evaluator"][0], options, plugins,
                           prefix=f"scenarios.{sname}.evaluator_options")
         for f in sc.filters:
             plugins.get("record_filter", f)

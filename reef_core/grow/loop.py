@@ -95,13 +95,7 @@ class LearningLoop:
         ``evaluator_options``) when set, else the root ``evaluator`` group, whose default
         (``recipe_default``) is the recipe's own ``default_evaluator``."""
         if scenario not in self._evaluators:
-            sc = self.settings.scenarios.get(scenario)
-            if sc is not None and sc.evaluator:
-                name, options = sc.evaluator, dict(sc.evaluator_options)
-            else:
-                name, options = self.settings.group("evaluator")
-                if sc is not None:
-                    options = {**options, **sc.evaluator_options}
+            name, options = self.settings.evaluator_for(scenario)
             if name is None:  # evaluator=recipe_default: the recipe says how it is judged
                 name = self.recipe_for(scenario)[1].default_evaluator
             evaluator = instantiate("evaluator", name, options, self.reef.plugins, state_dir=self.reef.state_dir,

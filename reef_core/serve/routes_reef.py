@@ -201,13 +201,12 @@ async def get_scenario(scenario: str, request: Request,
         if scenario not in _known_scenarios(state):
             raise NotFoundError(f"no scenario named {scenario!r}")
         head = reef.store.head_release(scenario)
-        sc = reef.scenario_settings(scenario)
         serving = reef.serving_release(scenario)
         status_fn = reef.extensions.get("scenario_status")
         # Filled by the learning side through reef.extensions["scenario_status"](scenario); it
         # also resolves the evaluator (a recipe's default_evaluator when config names none).
         loop = status_fn(scenario) if status_fn is not None else None
-        configured = sc.evaluator if sc and sc.evaluator else reef.settings.evaluator.get("name")
+        configured = reef.settings.evaluator_for(scenario)[0]
         return {
             "name": scenario,
             "recipe": reef.settings.recipe.get("name"),
