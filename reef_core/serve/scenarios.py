@@ -55,6 +55,7 @@ def path_scenario(scenario: str) -> str:
         raise ClientError(f"{scenario[:80]!r} is not a valid scenario name ({_NAME_RULE})", status=404)
     return scenario
 
+
 #: longest cursor ``decode_name_cursor`` reads (a scenario name is at most 200 characters)
 _MAX_NAME_CURSOR = 1200
 
