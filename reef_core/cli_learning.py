@@ -3,7 +3,7 @@
 They work on the local state directory and database directly (the server need not run):
 the release chain's compare-and-swap and the consumption table make it safe to act while a
 server runs on the same state, and a running server follows releases published elsewhere
-within seconds (``reef_core.grow.loop.FOLLOW_INTERVAL_S``) and hot-swaps them in. Operating
+within seconds (``reef_core.commit.serving.FOLLOW_INTERVAL_S``) and hot-swaps them in. Operating
 locally also means no token is needed: whoever can read the state directory is the admin.
 """
 
@@ -19,14 +19,12 @@ import click
 from .cli import _config_file, _friendly, load
 
 
-def _kernel(overrides: tuple[str, ...], config_file: str | None):
-    from .kernel import Reef
+def _kernel(overrides: tuple[str, ...], config_file: str | None, *, learning: bool = False):
+    """A one-shot kernel (no follower, workers or schedule); with the learning loop for ``grow``."""
+    from .compose import build_reef
 
     _cfg, settings, plugins = load(overrides, config_file)
-    reef = Reef(settings, plugins)
-    lp = reef.extensions["learning"]
-    lp.background = False  # one-shot: no workers, schedule or follower
-    return reef, lp
+    return build_reef(settings, plugins, background=False, learning=learning)
 
 
 def _run(reef: Any, work: Callable[[], Awaitable[Any]]) -> Any:
@@ -53,10 +51,10 @@ def releases(config_file: str | None, scenario: str | None, as_json: bool, overr
 
     from .store import to_json
 
-    reef, lp = _kernel(overrides, config_file)
+    reef = _kernel(overrides, config_file)
     try:
         scenario = scenario or reef.settings.server.default_scenario
-        lp.chain.reconcile()
+        reef.releases.chain.reconcile()
         rows = reef.store.list_releases(scenario)
     finally:
         reef.store.close()
@@ -83,9 +81,9 @@ def releases(config_file: str | None, scenario: str | None, as_json: bool, overr
 @_friendly
 def rollback(config_file: str | None, scenario: str | None, release_id: str, overrides: tuple[str, ...]) -> None:
     """Serve RELEASE_ID's content again, published as a new release (history is kept)."""
-    reef, lp = _kernel(overrides, config_file)
+    reef = _kernel(overrides, config_file)
     scenario = scenario or reef.settings.server.default_scenario
-    row = _run(reef, lambda: lp.rollback(scenario, release_id))
+    row = _run(reef, lambda: reef.releases.rollback(scenario, release_id))
     click.echo(f"published release {row.release_id} (#{row.sequence}) of {scenario!r}: "
                f"rollback to {release_id}, content {row.content_hash[:12]}")
 
@@ -102,13 +100,13 @@ def grow(config_file: str | None, scenario: str | None, as_json: bool, overrides
 
     from .grow import RichProgress
 
-    reef, lp = _kernel(overrides, config_file)
+    reef = _kernel(overrides, config_file, learning=True)
     scenario = scenario or reef.settings.server.default_scenario
     console = Console(stderr=True)
 
     async def work():
         with RichProgress(console) as progress:
-            return await lp.grow(scenario, progress)
+            return await reef.learning.grow(scenario, progress)
 
     result = _run(reef, work)
     if as_json:

@@ -26,7 +26,7 @@ class PluginError(ReefError):
 
 
 class StartupError(ReefError):
-    """The server could not start: a runtime, an extension or a plugin failed while starting.
+    """The server could not start: a runtime, the release chain or a plugin failed while starting.
 
     The message names what failed and what to do about it; the CLI prints it on one line.
     """

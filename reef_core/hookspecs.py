@@ -70,6 +70,24 @@ def register_artifact_stores(register):
     """Register artifact stores with ``register(name, cls)``; each keeps a scenario's append-only release chain."""
 
 
+# --------------------------------------------------------------------------- lifecycle
+
+
+@hookspec
+def startup(reef):
+    """Called when a kernel starts, after its runtime has started and every scenario's head
+    release serves, before the first request. ``reef`` is the ``Reef`` kernel. May return an
+    awaitable, which is awaited; an exception fails the start with one line naming the plugin,
+    and the plugins started before it are shut down again."""
+
+
+@hookspec
+def shutdown(reef):
+    """Called when a kernel stops (and after a failed start, for the plugins whose ``startup``
+    ran), in the reverse order of ``startup``, before the runtime closes. May return an awaitable.
+    Errors are logged; the shutdown goes on."""
+
+
 # --------------------------------------------------------------------------- observers
 
 

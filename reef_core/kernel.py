@@ -1,42 +1,75 @@
-"""The running kernel: one object that owns settings, plugins, the store and the runtime.
+"""The running kernel: one object that owns settings, plugins, the store, the runtime and
+what each scenario serves.
 
-The server (``reef_core.serve``) reads from it on the request path; the learning loop
-(Observe → Grow → Commit) updates what each scenario serves through ``set_serving``.
+The server (``reef_core.serve``) reads from it on the request path. Serving releases is the
+kernel's own service (``reef.releases``); the learning loop (Observe → Grow → Commit) is an
+optional in-process plugin that ``reef_core.compose.build_reef`` attaches (``reef.learning``).
+Every event goes through pluggy: the installed plugins' hooks, then the hooks of in-process
+plugins registered on this kernel with ``reef.register``.
 """
 
 from __future__ import annotations
 
-import asyncio
+import inspect
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import pluggy
+
+from . import hookspecs
+from .commit.serving import ServingReleases
 from .config import Settings, mask_secrets, parse_model_aliases
 from .errors import ConfigError, ModelNotFound, PluginError, ReefError, StartupError
 from .plugins import Plugins, instantiate
 from .protocols import conform
 from .runtime import Runtime
 from .store import RecordStore
-from .types import ActiveRelease
+from .types import ActiveRelease, PublishedRelease
+
+if TYPE_CHECKING:
+    from .grow import LearningLoop
 
 log = logging.getLogger("reef")
 
 
 class Reef:
-    """Settings, plugins, record store, runtime, and what each scenario serves now."""
+    """Settings, plugins, record store, runtime, and what each scenario serves now.
+
+    ``background=False`` is for one-shot use (the CLI): no follower of releases published
+    elsewhere, and an attached learning loop runs no workers or schedule.
+    """
+
+    #: the kernel's settings (``reef_core.config.Settings``)
+    settings: Settings
+    #: the installed plugins (registries per kind and their pluggy hooks)
+    plugins: Plugins
+    #: the record store (records, reports, candidates, releases)
+    store: RecordStore
+    #: the configured runtime, conformed to ``reef_core.contracts.Runtime``
+    runtime: Runtime
+    #: the release chain and the serving table (``reef_core.commit.serving``)
+    releases: ServingReleases
+    #: the learning loop when one is attached (``reef_core.compose.build_reef``), else None
+    learning: LearningLoop | None
 
     def __init__(self, settings: Settings, plugins: Plugins, *, store: RecordStore | None = None,
-                 runtime: Runtime | None = None):
+                 runtime: Runtime | None = None, background: bool = True):
         self.settings = settings
         self.plugins = plugins
+        self.background = background
         self.state_dir = settings.state_dir
         self.state_dir.mkdir(parents=True, exist_ok=True)
         #: client model name → served model name (``runtime.model_aliases``), for any runtime
         self.model_aliases = parse_model_aliases(settings.runtime.get("model_aliases"))
         name, options = settings.group("runtime")
         self.runtime_name = name
-        own_store = store is None
+        self.learning = None
+        #: in-process plugins of this kernel only (``register``); installed plugins live in ``plugins``
+        self._local = pluggy.PluginManager("reef")
+        self._local.add_hookspecs(hookspecs)
+        self._own_store = store is None
         if store is None:
             with _startup_step(f"the record store {mask_secrets(settings.record_store_url)} could not be opened"):
                 store = settings.open_record_store()
@@ -44,61 +77,80 @@ class Reef:
         try:
             if runtime is None:
                 with _startup_step(f"runtime {name!r} could not be built"):
-                    runtime = instantiate("runtime", name, options, plugins, state_dir=self.state_dir,
-                                          settings=settings)
-            self.runtime: Runtime = conform("runtime", runtime)
+                    runtime = self.build("runtime", name, options)
+            self.runtime = conform("runtime", runtime)
             self._check_aliases(list(runtime.models()))  # again at start, when the served names are complete
+            store_name, store_options = settings.group("artifact_store")
+            with _startup_step(f"artifact store {store_name!r} could not be set up"):
+                self.releases = ServingReleases(artifacts=self.build("artifact_store", store_name, store_options),
+                                                store=store, runtime=self.runtime, state_dir=self.state_dir,
+                                                on_published=self._published)
         except BaseException:
-            if own_store:
-                store.close()
+            self.close_unstarted()
             raise
         #: the served names, read from the runtime once it has started (None before)
         self._served: frozenset[str] | None = None
         self._served_list: list[str] = []
         #: True between a successful ``start()`` and ``stop()``
         self.started = False
-        self._serving: dict[str, ActiveRelease] = {}
-        self._serving_lock = asyncio.Lock()
-        #: extensions set by the learning side (harness injection, start/stop hooks)
-        self.extensions: dict[str, Any] = {}
-        #: in-process listeners per observer event, called after the plugins' observer hooks
-        self.listeners: dict[str, list[Callable[..., Any]]] = {}
-        from .learning import install_learning
+        self._started_plugins: list[tuple[str, Any]] = []
 
-        with _startup_step("the learning loop could not be set up"):
-            install_learning(self)
+    def build(self, kind: str, name: str, options: dict[str, Any], *, prefix: str | None = None) -> Any:
+        """Instantiate the registered ``kind`` ``name`` with ``options`` (checked against its
+        constructor) and the kernel services it declares (``state_dir``, ``store``,
+        ``settings``, ``plugins``): the one place the kernel builds plugin objects."""
+        services: dict[str, Any] = {"state_dir": self.state_dir, "settings": self.settings}
+        if hasattr(self, "store"):
+            services["store"] = self.store
+        return instantiate(kind, name, options, self.plugins, prefix=prefix, **services)
+
+    def close_unstarted(self) -> None:
+        """Release what the constructor opened (the record store it opened itself) when the
+        kernel will never start, e.g. because composing the app failed."""
+        if self._own_store and hasattr(self, "store"):
+            self.store.close()
+
+    # ------------------------------------------------------------------ in-process plugins and events
+
+    def register(self, plugin: Any, name: str | None = None) -> None:
+        """Register an in-process plugin for this kernel only: an object whose ``@hookimpl``
+        methods implement lifecycle (``startup``, ``shutdown``) or observer hooks. The
+        learning loop and the scenario registry are registered so; tests register recorders."""
+        self._local.register(plugin, name=name)
+
+    def unregister(self, plugin: Any) -> None:
+        self._local.unregister(plugin)
+
+    def _hooks(self, event: str) -> list[Any]:
+        return [getattr(self.plugins.hook, event), getattr(self._local.hook, event)]
 
     def observed(self, event: str) -> bool:
-        """Whether a plugin hook or an in-process listener observes ``event`` (emitters skip building
-        the observers' read-only copies when nobody does)."""
-        return bool(self.listeners.get(event)) or bool(getattr(self.plugins.hook, event).get_hookimpls())
+        """Whether any plugin observes ``event`` (emitters skip building the observers'
+        read-only copies when nobody does)."""
+        return any(hook.get_hookimpls() for hook in self._hooks(event))
 
     def emit(self, event: str, **kwargs: Any) -> None:
         """Tell observers that something became durable (``record_stored``, ``report_stored``,
         ``candidate_evaluated``, ``release_published``) with read-only values, never store rows
         (the emitters build them). Observer errors are logged, never raised: an integration must
         not fail a request."""
-        try:
-            getattr(self.plugins.hook, event)(**kwargs)
-        except Exception:
-            log.exception("observer hook %s failed", event)
-        for listener in self.listeners.get(event, []):
+        for hook in self._hooks(event):
+            if not hook.get_hookimpls():
+                continue
             try:
-                listener(**kwargs)
+                hook(**kwargs)
             except Exception:
-                log.exception("listener for %s failed", event)
+                log.exception("observer hook %s failed", event)
+
+    def _published(self, row: Any) -> None:
+        if self.observed("release_published"):
+            self.emit("release_published", release=PublishedRelease.from_row(row))
 
     # ------------------------------------------------------------------ serving state
 
     def serving_release(self, scenario: str) -> ActiveRelease | None:
         """The release ``scenario`` serves now (frozen into each record at request start)."""
-        return self._serving.get(scenario)
-
-    async def set_serving(self, release: ActiveRelease) -> None:
-        """Activate ``release`` in the runtime, then route new requests to it (hot swap)."""
-        async with self._serving_lock:
-            await self.runtime.activate(release)
-            self._serving[release.scenario] = release
+        return self.releases.serving(scenario)
 
     def prepare_body(self, scenario: str, body: dict[str, Any], dialect: str,
                      release: ActiveRelease | None) -> dict[str, Any]:
@@ -106,10 +158,7 @@ class Reef:
 
         Returns the body to send and record. Without a harness release it is returned as is.
         """
-        apply = self.extensions.get("apply_harness")
-        if apply is None or release is None:
-            return body
-        return apply(body, dialect, release)
+        return self.releases.apply_harness(body, dialect, release)
 
     def scenario_settings(self, scenario: str):
         return self.settings.scenarios.get(scenario)
@@ -157,11 +206,12 @@ class Reef:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        """Start the runtime (load the model, open connections), then the extensions.
+        """Start the runtime (load the model, open connections), serve every scenario's head
+        release, then run the plugins' ``startup`` hooks.
 
         A failure is a ``StartupError`` (or the ``ConfigError``/``PluginError`` raised) naming
-        what failed; the runtime and the extensions are stopped again before it propagates,
-        so a failed start leaves nothing running. Calling it on a started kernel does nothing.
+        what failed; what had started is stopped again before it propagates, so a failed start
+        leaves nothing running. Calling it on a started kernel does nothing.
         """
         if self.started:
             return
@@ -171,32 +221,52 @@ class Reef:
             self._check_aliases(served)
             self._served = frozenset(served)
             self._served_list = served
-            for hook in self.extensions.get("on_start", []):
-                await _start_step(f"{_hook_name(hook)} failed to start", hook(self))
+            await _start_step("the release chain could not be recovered and served",
+                              self.releases.start(follow=self.background))
+            for plugin_name, impl in self._impls("startup"):
+                self._started_plugins.append((plugin_name, impl.plugin))
+                await _start_step(f"plugin {plugin_name!r} failed to start", _maybe_await(impl.function(reef=self)))
         except BaseException:
             await self._unwind()
             raise
         self.started = True
 
+    def _impls(self, hook: str) -> list[tuple[str, Any]]:
+        """(plugin name, hookimpl) of ``hook``: installed plugins first, then this kernel's own,
+        each in registration order."""
+        found = []
+        for pm in (self.plugins.pm, self._local):
+            for impl in getattr(pm.hook, hook).get_hookimpls():
+                found.append((impl.plugin_name, impl))
+        return found
+
+    async def _shutdown_plugins(self, *, quiet: bool) -> None:
+        started = {id(plugin) for _, plugin in self._started_plugins}
+        for plugin_name, impl in reversed(self._impls("shutdown")):
+            if id(impl.plugin) not in started:
+                continue
+            try:
+                await _maybe_await(impl.function(reef=self))
+            except Exception:  # shutdown continues whatever one plugin does
+                if quiet:
+                    log.debug("error while stopping plugin %r after a failed start", plugin_name, exc_info=True)
+                else:
+                    log.exception("error while stopping plugin %r", plugin_name)
+        self._started_plugins.clear()
+
     async def _unwind(self) -> None:
         """Stop what a failed ``start()`` may have started; failures here are only logged."""
-        for hook in reversed(self.extensions.get("on_stop", [])):
-            try:
-                await hook(self)
-            except Exception:
-                log.debug("error while stopping an extension after a failed start", exc_info=True)
+        await self._shutdown_plugins(quiet=True)
         try:
+            await self.releases.stop()
             await self.runtime.aclose()
         except Exception:
             log.debug("error while closing the runtime after a failed start", exc_info=True)
 
     async def stop(self) -> None:
         self.started = False
-        for hook in reversed(self.extensions.get("on_stop", [])):
-            try:
-                await hook(self)
-            except Exception:  # shutdown continues whatever one extension does
-                log.exception("error while stopping an extension")
+        await self._shutdown_plugins(quiet=False)
+        await self.releases.stop()
         await self.runtime.aclose()
         self.store.close()
 
@@ -242,9 +312,6 @@ async def _start_step(what: str, step: Awaitable[Any]) -> None:
         await step
 
 
-def _hook_name(hook: Any) -> str:
-    owner = getattr(hook, "__self__", None)
-    if owner is not None:
-        return f"extension {type(owner).__module__}.{type(owner).__qualname__}"
-    return f"extension {getattr(hook, '__module__', '?')}.{getattr(hook, '__qualname__', repr(hook))}"
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
 

@@ -126,12 +126,10 @@ def test_evaluator_defaults_to_the_recipes_own():
 
 
 def test_loop_uses_the_recipe_default_evaluator(tmp_path):
-    from reef_core.grow.loop import LearningLoop  # noqa: F401  (the loop is what resolves it)
-    from reef_core.kernel import Reef
+    from reef_core.compose import build_reef
     from reef_core.plugins import get_plugins
 
     s = load_settings([f"server.state_dir={tmp_path}", "runtime.upstream_url=http://127.0.0.1:9/v1"])
-    reef = Reef(s, get_plugins())
-    loop = reef.extensions["learning"]
-    assert loop.evaluator_for("default")[0] == "always"  # basic's default_evaluator
+    reef = build_reef(s, get_plugins())
+    assert reef.learning.plan("default").evaluator_name == "always"  # basic's default_evaluator
     reef.store.close()

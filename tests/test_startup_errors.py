@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from reef_core import hookimpl
 from reef_core.errors import StartupError
 from reef_core.kernel import Reef
 from reef_core.plugins import get_plugins
@@ -185,25 +186,26 @@ class _Quiet(Runtime):
         self.closed = True
 
 
-def test_extension_failing_on_start_names_itself_and_stops_the_runtime(tmp_path):
+def test_plugin_failing_on_start_names_itself_and_stops_the_runtime(tmp_path):
     runtime = _Quiet()
     reef = Reef(reef_settings(tmp_path, ["runtime.upstream_url=http://127.0.0.1:9/v1"]), get_plugins(),
                 runtime=runtime)
     stopped = []
 
-    async def broken_index(kernel) -> None:
-        raise ConnectionRefusedError("search index at 127.0.0.1:9200 refused the connection")
+    class SearchIndex:
+        @hookimpl
+        async def startup(self, reef) -> None:
+            raise ConnectionRefusedError("search index at 127.0.0.1:9200 refused the connection")
 
-    async def stop_index(kernel) -> None:
-        stopped.append(kernel)
+        @hookimpl
+        async def shutdown(self, reef) -> None:
+            stopped.append(reef)
 
-    reef.extensions["on_start"].append(broken_index)
-    reef.extensions["on_stop"].append(stop_index)
+    reef.register(SearchIndex(), name="search-index")
     with pytest.raises(StartupError) as err:
         asyncio.run(reef.start())
     message = str(err.value)
-    assert message.startswith(f"extension {__name__}.")
-    assert "broken_index failed to start: ConnectionRefusedError: search index" in message
+    assert message.startswith("plugin 'search-index' failed to start: ConnectionRefusedError: search index"), message
     assert isinstance(err.value.__cause__, ConnectionRefusedError)
     assert runtime.started and runtime.closed and stopped == [reef] and not reef.started
     assert err.value.exit_code == 2

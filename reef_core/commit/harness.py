@@ -173,7 +173,7 @@ class HarnessCache:
         return harness
 
     def apply(self, body: dict[str, Any], dialect: str, release: ActiveRelease) -> dict[str, Any]:
-        """``reef.extensions["apply_harness"]``: inject ``release``'s harness into ``body``."""
+        """Inject ``release``'s harness into ``body`` (parsed once per release)."""
         return inject(body, dialect, self.get(release))
 
 

@@ -2,15 +2,33 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..commit.artifacts import copy_artifact
 from ..commit.gate import EvalContext
 from ..types import ActiveRelease
+from .progress import LogProgress
+
+if TYPE_CHECKING:
+    from ..kernel import Reef
+
+
+def eval_context(reef: Reef, scenario: str, progress: Any = None) -> EvalContext:
+    """What an evaluator (and a recipe's ``ctx.complete``) calls the runtime through: the
+    kernel's runtime and harness application, on the running event loop (call it there)."""
+    model = reef.settings.runtime.get("model")
+    if not model:
+        models = reef.runtime.models()
+        model = models[0] if models else None
+    return EvalContext(scenario=scenario, runtime=reef.runtime, loop=asyncio.get_running_loop(),
+                       apply_harness=reef.releases.apply_harness, log=logging.getLogger("reef.eval"),
+                       progress=progress or LogProgress(logging.getLogger("reef.progress"), label=scenario),
+                       default_model=model)
 
 
 @dataclass

@@ -28,10 +28,11 @@ from ..errors import ConflictError, PublishConflict, ReefError
 from ..observe import Batch, eligible
 from ..store import CandidateRow, new_id
 from ..types import Candidate, Decision, Evaluation
-from .context import RecipeContext
+from .context import RecipeContext, eval_context
+from .plan import ScenarioPlan
 
 if TYPE_CHECKING:
-    from .loop import LearningLoop
+    from ..kernel import Reef
 
 log = logging.getLogger("reef.grow")
 
@@ -69,24 +70,25 @@ def summarize(evaluation: Evaluation, decision: Decision) -> dict[str, Any]:
             **{k: evaluation.metrics[k] for k in keys if k in evaluation.metrics}}
 
 
-async def run_step(lp: LearningLoop, scenario: str, trigger: str, progress: Any) -> StepResult:
-    """Run one step; never raises for what a recipe or evaluator does (the result says)."""
-    result = StepResult(scenario=scenario, trigger=trigger, outcome="nothing")
+async def run_step(reef: Reef, plan: ScenarioPlan, trigger: str, progress: Any) -> StepResult:
+    """Run one step of ``plan.scenario`` on ``reef`` (its store, release chain and runtime);
+    never raises for what a recipe or evaluator does (the result says)."""
+    result = StepResult(scenario=plan.scenario, trigger=trigger, outcome="nothing")
     try:
-        await _step(lp, scenario, trigger, progress, result)
+        await _step(reef, plan, trigger, progress, result)
     finally:
         result.finished_at = datetime.now(timezone.utc).isoformat()
     return result
 
 
-async def _step(lp: LearningLoop, scenario: str, trigger: str, progress: Any, result: StepResult) -> None:
-    store = lp.store
-    recipe_name, recipe, filters = lp.recipe_for(scenario)
+async def _step(reef: Reef, plan: ScenarioPlan, trigger: str, progress: Any, result: StepResult) -> None:
+    store, releases = reef.store, reef.releases
+    scenario, recipe_name, recipe = plan.scenario, plan.recipe_name, plan.recipe
     if recipe.update_target == "none":
         result.reason = f"recipe {recipe_name!r} records only; it proposes no updates"
         return
     size = int(recipe.batch_size or 0)
-    items = await asyncio.to_thread(eligible, store, scenario, filters, want=size if size > 0 else None)
+    items = await asyncio.to_thread(eligible, store, scenario, list(plan.filters), want=size if size > 0 else None)
     result.eligible = len(items)
     if not items:
         result.reason = "no eligible experience (unconsumed reports passing the filters)"
@@ -105,26 +107,27 @@ async def _step(lp: LearningLoop, scenario: str, trigger: str, progress: Any, re
         return
     result.candidate_id = cid
     row = CandidateRow(id=cid, scenario=scenario, recipe=recipe_name)
-    scratch = Path(tempfile.mkdtemp(prefix=f"{cid}-", dir=lp.scratch_root))
-    staged_dir = lp.candidates_root / cid
+    scratch_root = reef.state_dir / "scratch"
+    scratch_root.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f"{cid}-", dir=scratch_root))
+    staged_dir = reef.state_dir / "candidates" / cid
     try:
-        head = await asyncio.to_thread(lp.chain.head, scenario)
+        head = await asyncio.to_thread(releases.chain.head, scenario)
         row.base_release_id = head.release_id if head else None
-        current = await lp.current_release(scenario, head)
-        candidate = await _propose(lp, recipe_name, recipe, batch, current, row, scratch, staged_dir,
-                                   progress, result)
+        current = await releases.current(scenario, head)
+        candidate = await _propose(reef, plan, batch, current, row, scratch, staged_dir, progress, result)
         if candidate is None:
             return
-        evaluation, decision = await _evaluate(lp, candidate, head, current, row, progress, result)
+        evaluation, decision = await _evaluate(reef, plan, candidate, head, current, row, progress, result)
         if decision.outcome == "select":
-            await _publish(lp, candidate, head, evaluation, decision, result)
+            await _publish(reef, candidate, head, evaluation, decision, result)
     except Exception as exc:  # whatever broke, the candidate says so and nothing is published
         reason = f"growth step failed: {type(exc).__name__}: {exc}"
         log.exception("%s: %s", scenario, reason)
         if row.status in ("proposed", "evaluating"):
             # not decided: the experience trained nothing that serves, so it may train again
             await asyncio.to_thread(store.release_consumption, cid)
-            await _finish(lp, row, status="error", decision="error", reason=reason, result=result,
+            await _finish(store, row, status="error", decision="error", reason=reason, result=result,
                           stored=row.status == "evaluating")
         else:
             result.outcome, result.reason = "error", reason
@@ -133,15 +136,14 @@ async def _step(lp: LearningLoop, scenario: str, trigger: str, progress: Any, re
         shutil.rmtree(staged_dir, ignore_errors=True)
 
 
-async def _propose(lp: LearningLoop, recipe_name: str, recipe: Any, batch: Batch, current: Any,
-                   row: CandidateRow, scratch: Path, staged_dir: Path, progress: Any,
-                   result: StepResult) -> Candidate | None:
+async def _propose(reef: Reef, plan: ScenarioPlan, batch: Batch, current: Any, row: CandidateRow,
+                   scratch: Path, staged_dir: Path, progress: Any, result: StepResult) -> Candidate | None:
     """Run the recipe and stage its artifact; None when there is nothing to evaluate (the
     candidate row then says why)."""
-    store = lp.store
-    ctx = RecipeContext(scenario=batch.scenario, recipe=recipe_name, runtime=lp.reef.runtime, store=store,
+    store, recipe_name, recipe = reef.store, plan.recipe_name, plan.recipe
+    ctx = RecipeContext(scenario=batch.scenario, recipe=recipe_name, runtime=reef.runtime, store=store,
                         scratch_dir=scratch, progress=progress, log=logging.getLogger(f"reef.recipe.{recipe_name}"),
-                        current=current, settings=lp.reef.settings, _model=lp.eval_context(batch.scenario, progress))
+                        current=current, settings=reef.settings, _model=eval_context(reef, batch.scenario, progress))
     try:
         proposed = await asyncio.to_thread(recipe.propose, batch, current, ctx)
         if proposed is not None and not isinstance(proposed, Candidate):
@@ -152,10 +154,10 @@ async def _propose(lp: LearningLoop, recipe_name: str, recipe: Any, batch: Batch
         await asyncio.to_thread(store.release_consumption, row.id)
         reason = f"recipe {recipe_name!r} failed: {type(exc).__name__}: {exc}"
         log.warning("%s: %s", batch.scenario, reason, exc_info=not isinstance(exc, ReefError))
-        await _finish(lp, row, status="error", decision="error", reason=reason, result=result)
+        await _finish(store, row, status="error", decision="error", reason=reason, result=result)
         return None
     if proposed is None:
-        await _finish(lp, row, status="skipped", reason="the recipe proposed no update from this batch "
+        await _finish(store, row, status="skipped", reason="the recipe proposed no update from this batch "
                       "(the batch stays consumed)", result=result, outcome="skipped")
         return None
     proposed.id, proposed.scenario, proposed.recipe = row.id, batch.scenario, recipe_name
@@ -170,23 +172,22 @@ async def _propose(lp: LearningLoop, recipe_name: str, recipe: Any, batch: Batch
     return proposed
 
 
-async def _evaluate(lp: LearningLoop, candidate: Candidate, head: Any, current: Any, row: CandidateRow,
-                    progress: Any, result: StepResult) -> tuple[Evaluation, Decision]:
+async def _evaluate(reef: Reef, plan: ScenarioPlan, candidate: Candidate, head: Any, current: Any,
+                    row: CandidateRow, progress: Any, result: StepResult) -> tuple[Evaluation, Decision]:
     """The gate's verdict, recorded on the candidate and told to observers."""
     if head is not None and row.artifact["content_hash"] == head.content_hash:
         evaluation = Evaluation(evaluator="none")
         decision = Decision("reject", "the candidate is identical to the serving release")
     else:
-        name, evaluator = lp.evaluator_for(candidate.scenario)
-        timeout = float(evaluator.timeout_s if evaluator.timeout_s is not None else lp.default_eval_timeout_s)
-        ectx = lp.eval_context(candidate.scenario, progress)
-        evaluation, decision = await asyncio.to_thread(run_gate, evaluator, name, candidate, current, ectx, timeout)
+        ectx = eval_context(reef, candidate.scenario, progress)
+        evaluation, decision = await asyncio.to_thread(run_gate, plan.evaluator, plan.evaluator_name, candidate,
+                                                       current, ectx, plan.eval_timeout_s)
     result.evaluation = {**evaluation.to_dict(), "decision": decision.outcome, "reason": decision.reason}
     row.status = {"select": "selected", "reject": "rejected", "error": "error"}[decision.outcome]
-    await asyncio.to_thread(lp.store.update_candidate, row.id, evaluation=evaluation.to_dict(),
+    await asyncio.to_thread(reef.store.update_candidate, row.id, evaluation=evaluation.to_dict(),
                             decision=decision.outcome, reason=decision.reason, status=row.status)
-    if lp.reef.observed("candidate_evaluated"):  # copies: an observer cannot change what gets published
-        lp.reef.emit("candidate_evaluated", candidate=copy.deepcopy(candidate), evaluation=copy.deepcopy(evaluation),
+    if reef.observed("candidate_evaluated"):  # copies: an observer cannot change what gets published
+        reef.emit("candidate_evaluated", candidate=copy.deepcopy(candidate), evaluation=copy.deepcopy(evaluation),
                      decision=decision)
     if decision.outcome != "select":
         result.outcome = "rejected" if decision.outcome == "reject" else "error"
@@ -194,26 +195,26 @@ async def _evaluate(lp: LearningLoop, candidate: Candidate, head: Any, current: 
     return evaluation, decision
 
 
-async def _publish(lp: LearningLoop, candidate: Candidate, head: Any, evaluation: Evaluation,
+async def _publish(reef: Reef, candidate: Candidate, head: Any, evaluation: Evaluation,
                    decision: Decision, result: StepResult) -> None:
     try:
         stored = await asyncio.to_thread(
-            lp.chain.publish, candidate.scenario, candidate.artifact_dir,
+            reef.releases.chain.publish, candidate.scenario, candidate.artifact_dir,
             expected_head=head.release_id if head else None, operation="train",
             candidate_id=candidate.id, evaluation=summarize(evaluation, decision))
     except PublishConflict as exc:
-        await asyncio.to_thread(lp.store.update_candidate, candidate.id, status="conflict", reason=str(exc))
+        await asyncio.to_thread(reef.store.update_candidate, candidate.id, status="conflict", reason=str(exc))
         result.outcome, result.reason = "conflict", str(exc)
         return
     except Exception as exc:  # nothing was published; the candidate says why
         reason = f"publishing failed: {type(exc).__name__}: {exc}"
         log.exception("%s: %s", candidate.scenario, reason)
-        await asyncio.to_thread(lp.store.update_candidate, candidate.id, status="error", reason=reason)
+        await asyncio.to_thread(reef.store.update_candidate, candidate.id, status="error", reason=reason)
         result.outcome, result.reason = "error", reason
         return
     result.release_id = stored.release_id
     try:
-        await lp.activate(stored)
+        await reef.releases.activate(stored)
     except Exception as exc:  # published; the follower retries serving it
         reason = f"published, but serving it failed ({type(exc).__name__}: {exc}); the follower retries"
         log.exception("%s: release %s %s", candidate.scenario, stored.release_id, reason)
@@ -222,12 +223,12 @@ async def _publish(lp: LearningLoop, candidate: Candidate, head: Any, evaluation
     result.outcome, result.reason = "published", decision.reason
 
 
-async def _finish(lp: LearningLoop, row: CandidateRow, *, status: str, reason: str, result: StepResult,
+async def _finish(store: Any, row: CandidateRow, *, status: str, reason: str, result: StepResult,
                   decision: str | None = None, outcome: str = "error", stored: bool = False) -> None:
     """Record a candidate that ends before (or instead of) a verdict."""
     row.status, row.reason, row.decision = status, reason, decision
     if stored:
-        await asyncio.to_thread(lp.store.update_candidate, row.id, status=status, reason=reason, decision=decision)
+        await asyncio.to_thread(store.update_candidate, row.id, status=status, reason=reason, decision=decision)
     else:
-        await asyncio.to_thread(lp.store.add_candidate, row)
+        await asyncio.to_thread(store.add_candidate, row)
     result.outcome, result.reason = outcome, reason

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .plan import ScenarioPlan
 from .progress import LogProgress
 from .step import StepResult, run_step
 
 if TYPE_CHECKING:
-    from .loop import LearningLoop
+    from ..kernel import Reef
 
 log = logging.getLogger("reef.grow")
 
@@ -24,10 +26,11 @@ COALESCE_S = 0.2
 
 
 class ScenarioWorker:
-    """The growth worker of one scenario."""
+    """The growth worker of one scenario: runs steps of ``plan_of(scenario)`` on ``reef``."""
 
-    def __init__(self, lp: LearningLoop, scenario: str):
-        self.lp = lp
+    def __init__(self, reef: Reef, scenario: str, plan_of: Callable[[str], ScenarioPlan]):
+        self.reef = reef
+        self.plan_of = plan_of
         self.scenario = scenario
         self.lock = asyncio.Lock()
         self.last_step: StepResult | None = None
@@ -80,7 +83,7 @@ class ScenarioWorker:
         """Run one step now (waits for a running one to finish first)."""
         async with self.lock:
             progress = progress or LogProgress(logging.getLogger("reef.progress"), label=self.scenario)
-            result = await run_step(self.lp, self.scenario, trigger, progress)
+            result = await run_step(self.reef, self.plan_of(self.scenario), trigger, progress)
             if result.outcome != "nothing" or trigger == "manual":
                 self.last_step = result
                 self.steps += 1

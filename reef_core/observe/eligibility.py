@@ -9,12 +9,11 @@ the scenario config adds; each filter narrows (or enriches) the list. Filters ar
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
-from ..plugins import Plugins, instantiate
 from .experience import Experience, ExperienceRecord
 
 log = logging.getLogger("reef.observe")
@@ -55,8 +54,9 @@ def parse_filter_spec(spec: FilterSpec) -> tuple[str, dict[str, Any]]:
                       "(name, options) or {{name: ..., option: ...}}")
 
 
-def build_filters(specs: Iterable[FilterSpec], plugins: Plugins, **services: Any) -> list[tuple[str, Any]]:
-    """Instantiate filters in order; a name declared twice keeps its first declaration."""
+def build_filters(specs: Iterable[FilterSpec], build: Callable[[str, str, dict[str, Any]], Any]) -> list[tuple[str, Any]]:
+    """Instantiate filters in order with ``build(kind, name, options)`` (``Reef.build``); a
+    name declared twice keeps its first declaration."""
     built: list[tuple[str, Any]] = []
     seen: set[str] = set()
     for spec in specs:
@@ -64,7 +64,7 @@ def build_filters(specs: Iterable[FilterSpec], plugins: Plugins, **services: Any
         if name in seen:
             continue
         seen.add(name)
-        built.append((name, instantiate("record_filter", name, options, plugins, **services)))
+        built.append((name, build("record_filter", name, options)))
     return built
 
 

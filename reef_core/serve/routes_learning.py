@@ -16,9 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..commit.harness import harness_bundle
 from ..errors import NotFoundError
-from ..plugins import instantiate
 from ..store import to_json
 from .auth import Principal, check_scenario, require_role
+from .errors import ClientError
 from .scenarios import header_scenario, path_scenario
 
 router = APIRouter(tags=["learning"])
@@ -41,8 +41,12 @@ class RollbackIn(BaseModel):
     release_id: str = Field(..., min_length=1, max_length=100)
 
 
-def _loop(request: Request):
-    return request.app.state.reef.extensions["learning"]
+def _learning(request: Request):
+    """The learning loop, or a 409 when this server runs without one."""
+    loop = request.app.state.reef.learning
+    if loop is None:
+        raise ClientError("this server runs without a learning loop", status=409)
+    return loop
 
 
 def _scenario(scenario: str, principal: Principal) -> str:
@@ -69,15 +73,15 @@ async def get_release(scenario: str, release_id: str, request: Request,
     """One release: its manifest, the unified diff against its parent, and the evaluation
     (with the candidate's decision) that admitted it."""
     _scenario(scenario, principal)
-    lp = _loop(request)
+    reef = request.app.state.reef
 
     def read() -> dict[str, Any]:
-        row = lp.chain.get(scenario, release_id)
-        candidate = lp.store.get_candidate(row.candidate_id) if row.candidate_id else None
+        row = reef.releases.chain.get(scenario, release_id)
+        candidate = reef.store.get_candidate(row.candidate_id) if row.candidate_id else None
         return {
             "release": to_json(row),
-            "manifest": lp.chain.manifest(row),
-            "diff": lp.chain.diff(row),
+            "manifest": reef.releases.chain.manifest(row),
+            "diff": reef.releases.chain.diff(row),
             "evaluation": candidate.evaluation if candidate else row.evaluation,
             "candidate": to_json(candidate) if candidate else None,
         }
@@ -103,7 +107,7 @@ async def rollback(scenario: str, body: RollbackIn, request: Request,
                    principal: Principal = Depends(require_role("admin"))) -> dict[str, Any]:
     """Publish an earlier release's content as a new release and serve it (history is kept)."""
     _scenario(scenario, principal)
-    row = await _loop(request).rollback(scenario, body.release_id)
+    row = await request.app.state.reef.releases.rollback(scenario, body.release_id)
     return {"release": to_json(row)}
 
 
@@ -113,7 +117,7 @@ async def grow(scenario: str, request: Request,
     """Run one growth step now and answer what it did: the candidate, its evaluation and
     decision, the release it published, or why nothing happened. 409 while a step runs."""
     _scenario(scenario, principal)
-    result = await _loop(request).grow(scenario)
+    result = await _learning(request).grow(scenario)
     data = result.to_dict()
     if result.outcome == "busy":
         return JSONResponse({"error": {"type": "conflict", "message": result.reason}, **data}, status_code=409)
@@ -154,7 +158,7 @@ async def install_harness(request: Request, adapter: str = Query("files", descri
     if adapter not in reef.plugins.names("harness_adapter"):
         raise NotFoundError(f"no harness adapter {adapter!r}; installed: "
                             f"{', '.join(reef.plugins.names('harness_adapter')) or 'none'}")
-    renderer = instantiate("harness_adapter", adapter, {}, reef.plugins, settings=reef.settings)
+    renderer = reef.build("harness_adapter", adapter, {})
     release = _serving(request, scenario)
     bundle = await run_in_threadpool(harness_bundle, release)
     script = renderer.render(bundle)

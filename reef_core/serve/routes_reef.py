@@ -202,10 +202,8 @@ async def get_scenario(scenario: str, request: Request,
             raise NotFoundError(f"no scenario named {scenario!r}")
         head = reef.store.head_release(scenario)
         serving = reef.serving_release(scenario)
-        status_fn = reef.extensions.get("scenario_status")
-        # Filled by the learning side through reef.extensions["scenario_status"](scenario); it
-        # also resolves the evaluator (a recipe's default_evaluator when config names none).
-        loop = status_fn(scenario) if status_fn is not None else None
+        # the loop's plan also resolves the evaluator (a recipe's default_evaluator when config names none)
+        loop = reef.learning.status(scenario) if reef.learning is not None else None
         configured = reef.settings.evaluator_for(scenario)[0]
         return {
             "name": scenario,

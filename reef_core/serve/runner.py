@@ -8,6 +8,7 @@ import socket
 
 import uvicorn
 
+from ..compose import build_reef
 from ..config import Settings
 from ..errors import ConfigError, ReefError
 from ..kernel import Reef
@@ -38,7 +39,7 @@ def run_server(settings: Settings, plugins: Plugins) -> None:
     """Serve until interrupted: one uvicorn worker (uvloop and httptools when installed).
 
     Start-up happens before anything binds, in the event loop that then serves: the kernel is
-    built, its runtime started (the model loaded) and the extensions' ``on_start`` hooks run.
+    built, its runtime started (the model loaded) and the plugins' ``startup`` hooks run.
     A failure there, like a runtime that cannot serve as configured (``upstream`` without
     ``upstream_url``), is a ``ReefError`` naming what failed (``StartupError`` unless it is a
     config or plugin error), which the CLI prints as one line with exit code 2; the traceback is
@@ -50,7 +51,7 @@ def run_server(settings: Settings, plugins: Plugins) -> None:
 
     configure_logging(settings.server.log_level)
     try:
-        reef = Reef(settings, plugins)
+        reef = build_reef(settings, plugins)
         problem = reef.runtime.config_problem()
         if problem:
             raise ConfigError(problem)

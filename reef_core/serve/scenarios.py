@@ -27,6 +27,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
+from ..hookspecs import hookimpl
 from .errors import ClientError
 
 __all__ = ["SCENARIO_NAME", "ScenarioRegistry", "decode_name_cursor", "encode_name_cursor", "header_scenario",
@@ -88,9 +89,9 @@ class ScenarioRegistry:
         return cls(pinned_scenarios(settings), max_scenarios=settings.server.max_scenarios,
                    open=settings.server.scenarios_open)
 
-    async def start(self, reef: Any) -> None:
-        """Kernel start hook: load the scenarios with stored data (one store query; none when
-        the registry is closed)."""
+    @hookimpl
+    async def startup(self, reef: Any) -> None:
+        """Load the scenarios with stored data (one store query; none when the registry is closed)."""
         if self.open:
             self.load(await asyncio.to_thread(reef.store.scenario_names))
 

@@ -38,9 +38,9 @@ class ServeState:
         if not self.started:
             return []
         dead = ["reef-record-writer"] if self.writer.died else []
-        learning = self.reef.extensions.get("learning")
-        if learning is not None:
-            dead += learning.dead_tasks()
+        dead += self.reef.releases.dead_tasks()
+        if self.reef.learning is not None:
+            dead += self.reef.learning.dead_tasks()
         return dead
 
     async def drain(self, timeout: float = 10.0) -> None:
@@ -60,9 +60,9 @@ class ServeState:
         runtime = reef.runtime
         scenarios = ScenarioRegistry.from_settings(reef.settings)
         metrics.pin_scenarios(scenarios.pinned)
-        # Runs after the learning loop's start (hooks run in order), so the scenarios of releases
-        # its recovery just recorded count as stored too.
-        reef.extensions.setdefault("on_start", []).append(scenarios.start)
+        # Its startup hook runs after the release chain's recovery, so the scenarios of releases
+        # recovery just recorded count as stored too.
+        reef.register(scenarios, name="reef.scenarios")
         return cls(
             reef=reef,
             writer=writer,

@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 
+from ..compose import build_reef
 from ..config import Settings, TokenSettings, load_settings
-from ..kernel import Reef
 from .fake_upstream import FakeUpstream
 from .servers import ServerThread
 
@@ -46,7 +46,8 @@ class ReefServer:
             record = reef.store.get_record(r.headers["x-reef-agent-record-id"])
 
     ``overrides`` are Hydra overrides (``server.default_scenario=s``); ``runtime`` replaces the
-    configured runtime with an instance (e.g. a scripted one); ``token`` is sent by
+    configured runtime with an instance (e.g. a scripted one); ``learning=False`` serves without
+    a learning loop (releases still serve and follow); ``token`` is sent by
     ``client()`` / ``openai()`` / ``anthropic()`` when given. Leaving the block flushes the
     record writer and stops the kernel, like a server shutdown (requests still running after
     ``graceful_s`` seconds are cancelled first).
@@ -56,7 +57,7 @@ class ReefServer:
                  upstream: FakeUpstream | str | None = None, dialect: str | None = None,
                  tokens: list[dict[str, Any]] | None = None, token: str | None = None,
                  settings: Settings | None = None, runtime: Any = None, log_level: str = "warning",
-                 graceful_s: float = 5):
+                 graceful_s: float = 5, learning: bool = True):
         from ..plugins import get_plugins
         from ..serve.app import create_app
         from ..serve.edge import uvicorn_options
@@ -64,7 +65,7 @@ class ReefServer:
         self.settings = settings or reef_settings(state_dir, overrides, upstream=upstream, dialect=dialect,
                                                   tokens=tokens)
         self.token = token
-        self.reef = Reef(self.settings, get_plugins(), runtime=runtime)
+        self.reef = build_reef(self.settings, get_plugins(), runtime=runtime, learning=learning)
         self.app = create_app(self.reef)
         self._server = ServerThread(self.app, log_level=log_level, graceful_s=graceful_s,
                                     options=uvicorn_options(self.settings))

@@ -16,8 +16,8 @@ from reef_core.commit import (
     ReleaseChain,
     content_hash,
 )
+from reef_core.compose import build_reef
 from reef_core.errors import PublishConflict
-from reef_core.kernel import Reef
 from reef_core.plugins import get_plugins
 from reef_core.store import Record, RecordStore, Report, new_id
 from reef_core.types import Candidate
@@ -208,17 +208,16 @@ def test_two_servers_racing_on_one_scenario_publish_once(tmp_path):
     config = feedback_rules_config(loop_enabled=False, evaluator={"name": "always"})
     config["recipe"] = {"name": "barrier"}
     settings = settings_for(tmp_path, Down, config)
-    one, two = Reef(settings, get_plugins()), Reef(settings, get_plugins())
+    one, two = (build_reef(settings, get_plugins(), background=False) for _ in range(2))
     _seed(one.store, "default", 2)
 
     async def race():
         for reef in (one, two):
-            reef.extensions["learning"].background = False
             await reef.start()
         try:
-            first = asyncio.create_task(one.extensions["learning"].grow("default"))
+            first = asyncio.create_task(one.learning.grow("default"))
             await asyncio.to_thread(BarrierRecipe.entered.wait, 30)
-            second = asyncio.create_task(two.extensions["learning"].grow("default"))
+            second = asyncio.create_task(two.learning.grow("default"))
             return await asyncio.gather(first, second)
         finally:
             for reef in (one, two):

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from reef_core import hookimpl
 from reef_core.testing import FakeUpstream, ReefServer, system_prompt
 from reef_core.types import Decision, Evaluation
 
@@ -33,14 +34,27 @@ def _feed(client, feedback: str, scenario: str | None = None, n: int = 1) -> Non
         report(client, [r.headers["x-reef-agent-record-id"]], score=0.0, feedback=feedback, scenario=scenario)
 
 
+class _Recorder:
+    """An in-process plugin recording the loop's observer events."""
+
+    def __init__(self, events: list):
+        self.events = events
+
+    @hookimpl
+    def candidate_evaluated(self, candidate, evaluation, decision):
+        self.events.append((candidate.id, decision.outcome))
+
+    @hookimpl
+    def release_published(self, release):
+        self.events.append(release.release_id)
+
+
 def test_losing_candidate_is_rejected_and_serving_is_unchanged(tmp_path):
     with FakeUpstream("openai", capital_model) as up:
         settings = settings_for(tmp_path, up, feedback_rules_config(batch_size=1, loop_enabled=False))
         with ReefServer(tmp_path, settings=settings) as server:
             events = []
-            server.reef.listeners["candidate_evaluated"] = [
-                lambda candidate, evaluation, decision: events.append((candidate.id, decision.outcome))]
-            server.reef.listeners["release_published"] = [lambda release: events.append(release.release_id)]
+            server.reef.register(_Recorder(events))
             client = server.client()
             _feed(client, GOOD_FEEDBACK)
             won = _grow(client)
@@ -127,7 +141,7 @@ def test_failing_evaluator_rejects_and_publishes_nothing(tmp_path, name, cls, re
             assert reason in candidate["reason"]
             assert "x-reef-release-id" not in ask(client, "hello").headers
             if name == "hanging":
-                server.reef.extensions["learning"].evaluator_for("default")[1].release.set()
+                server.reef.learning.plan("default").evaluator.release.set()
 
 
 def test_scenario_evaluator_overrides_the_root_evaluator(tmp_path):

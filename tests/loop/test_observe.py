@@ -14,7 +14,7 @@ from reef_core.builtins.filters import (
 from reef_core.errors import ConfigError
 from reef_core.observe import build_filters, eligible, load_pool, parse_filter_spec
 from reef_core.observe.eligibility import filter_context
-from reef_core.plugins import get_plugins
+from reef_core.plugins import get_plugins, instantiate
 from reef_core.store import Record, RecordStore, Release, Report, new_id
 
 
@@ -112,9 +112,14 @@ def test_session_assembly_attaches_the_other_turns(store):
     assert [e.report_id for e in SessionFilter(require=True).apply(load_pool(store, "s"), ctx)] == [r]
 
 
+def _builder(**services):
+    """What ``Reef.build`` does for filters: instantiate with the services they declare."""
+    return lambda kind, name, options: instantiate(kind, name, options, get_plugins(), **services)
+
+
 def test_filter_chain_from_recipe_and_config_declarations(store):
     filters = build_filters(["scored", ("score_window", {"max": 0.5}), {"name": "dedup"}, "scored"],
-                            get_plugins(), store=store)
+                            _builder(store=store))
     assert [n for n, _ in filters] == ["scored", "score_window", "dedup"]
     low = _report(store, [_record(store, text="x")], score=0.2)
     _report(store, [_record(store, text="y")], score=0.9)
@@ -123,14 +128,14 @@ def test_filter_chain_from_recipe_and_config_declarations(store):
     with pytest.raises(ConfigError, match="invalid record filter declaration"):
         parse_filter_spec(42)
     with pytest.raises(ConfigError, match="unknown record filter 'nope'"):
-        build_filters(["nope"], get_plugins())
+        build_filters(["nope"], _builder())
 
 
 def test_ineligible_reports_never_hide_newer_eligible_ones(store, monkeypatch):
     from reef_core.observe import eligibility
 
     monkeypatch.setattr(eligibility, "PAGE_SIZE", 3)
-    filters = build_filters(["scored", ("score_window", {"max": 0.5}), "dedup"], get_plugins(), store=store)
+    filters = build_filters(["scored", ("score_window", {"max": 0.5}), "dedup"], _builder(store=store))
     for i in range(7):
         _report(store, [_record(store, text=f"fine {i}")], score=1.0)
     first = _report(store, [_record(store, text="bad")], score=0.0)

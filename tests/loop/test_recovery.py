@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 
+from reef_core.compose import build_reef
 from reef_core.kernel import Reef
 from reef_core.plugins import get_plugins
 from reef_core.store import CandidateRow, Record, RecordStore, Report, new_id
@@ -115,16 +116,14 @@ def _kernel(tmp_path, batch_size: int = 1, recipe: dict | None = None) -> Reef:
     config = feedback_rules_config(batch_size=batch_size, loop_enabled=False, evaluator={"name": "always"})
     if recipe:
         config["recipe"] = recipe
-    reef = Reef(settings_for(tmp_path, Down, config), get_plugins())
-    reef.extensions["learning"].background = False
-    return reef
+    return build_reef(settings_for(tmp_path, Down, config), get_plugins(), background=False)
 
 
 def _grow(reef: Reef, times: int = 1) -> list:
     async def run():
         await reef.start()
         try:
-            return [await reef.extensions["learning"].grow("default") for _ in range(times)]
+            return [await reef.learning.grow("default") for _ in range(times)]
         finally:
             await reef.stop()
 

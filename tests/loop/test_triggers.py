@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 
+from reef_core import hookimpl
 from reef_core.testing import FakeUpstream, ReefServer
 from reef_core.types import Decision, Evaluation
 
@@ -75,7 +76,7 @@ def test_the_schedule_grows_batches_that_no_report_triggered(tmp_path):
     with FakeUpstream("openai", capital_model) as up:
         settings = settings_for(tmp_path, up, config)
         with ReefServer(tmp_path, settings=settings) as server:
-            lp = server.reef.extensions["learning"]
+            lp = server.reef.learning
             # a report stored behind the server's back (no report_stored event): only the schedule sees it
             from reef_core.store import Record, Report, new_id
 
@@ -89,14 +90,24 @@ def test_the_schedule_grows_batches_that_no_report_triggered(tmp_path):
             assert server.store.head_release("default").release_id == step.release_id
 
 
+class _Announced:
+    """An in-process plugin recording the releases announced as published."""
+
+    def __init__(self, ids: list):
+        self.ids = ids
+
+    @hookimpl
+    def release_published(self, release):
+        self.ids.append(release.release_id)
+
+
 def test_a_cli_rollback_is_followed_by_the_running_server(tmp_path):
     config = feedback_rules_config(batch_size=1, evaluator={"name": "always"})
     with FakeUpstream("openai", capital_model) as up:
         settings = settings_for(tmp_path, up, config)
         with ReefServer(tmp_path, settings=settings) as server:
             announced = []
-            server.reef.listeners.setdefault("release_published", []).append(
-                lambda release: announced.append(release.release_id))
+            server.reef.register(_Announced(announced))
             client = server.client()
             for n, feedback in enumerate(["Be brief", GOOD_FEEDBACK], 1):
                 r = ask(client, f"q{n}")
@@ -120,3 +131,46 @@ def test_a_cli_rollback_is_followed_by_the_running_server(tmp_path):
             r = ask(client, "What is the capital of Japan?")
             assert r.headers["x-reef-release-id"] == head.release_id
             assert r.json()["choices"][0]["message"]["content"] == "I am not sure."
+
+
+def test_a_server_without_a_learning_loop_still_serves_follows_and_rolls_back(tmp_path):
+    """Serving releases is the kernel's service: no learning loop is needed to serve a release
+    published elsewhere, to follow it, or to roll back; growing is refused with a 409."""
+    config = feedback_rules_config(batch_size=1, evaluator={"name": "always"})
+    with FakeUpstream("openai", capital_model) as up:
+        settings = settings_for(tmp_path, up, config)
+        with ReefServer(tmp_path, settings=settings) as learner:  # publishes one release, then stops
+            client = learner.client()
+            r = ask(client, "q1")
+            report(client, [r.headers["x-reef-agent-record-id"]], score=0.0, feedback=GOOD_FEEDBACK)
+            wait_published(client, 1)
+        with ReefServer(tmp_path, settings=settings, learning=False) as server:
+            assert server.reef.learning is None
+            announced = []
+            server.reef.register(_Announced(announced))
+            client = server.client()
+            [first] = server.store.list_releases("default")
+            r = ask(client, "What is the capital of Japan?")
+            assert r.headers["x-reef-release-id"] == first.release_id  # recovered and served at start
+            assert r.json()["choices"][0]["message"]["content"] == "The capital is Tokyo."
+
+            grown = client.post("/reef/scenarios/default/grow")
+            assert grown.status_code == 409 and "without a learning loop" in grown.json()["error"]["message"]
+            status = client.get("/reef/scenarios/default").json()
+            assert status["loop"] is None and status["serving_release_id"] == first.release_id
+
+            rolled = client.post("/reef/scenarios/default/rollback", json={"release_id": first.release_id})
+            assert rolled.status_code == 200, rolled.text
+            rolled_id = rolled.json()["release"]["release_id"]
+            assert announced == [rolled_id]
+            assert server.reef.serving_release("default").release_id == rolled_id
+
+            cfg = write_config(tmp_path / "cli.yaml", config)
+            cli = subprocess.run([sys.executable, "-m", "reef_core", "rollback", "-s", "default", first.release_id,
+                                  "-c", str(cfg), f"server.state_dir={tmp_path / 'state'}",
+                                  f"runtime.upstream_url={up.url}"], capture_output=True, text=True, timeout=120)
+            assert cli.returncode == 0, cli.stderr
+            head = server.store.head_release("default")
+            wait_for(lambda: head.release_id in announced, "the server to follow the CLI's release")
+            assert ask(client, "hi").headers["x-reef-release-id"] == head.release_id
+            assert server.app.state.serve.dead_workers() == []

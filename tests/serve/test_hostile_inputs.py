@@ -180,7 +180,7 @@ def test_crafted_cursors_are_a_400(reef, cursor):
 
 
 def test_grow_on_a_full_disk_is_507_not_500(reef, monkeypatch):
-    lp = reef.reef.extensions["learning"]
+    lp = reef.reef.learning
 
     async def full(scenario, progress=None):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -232,7 +232,7 @@ def test_a_dead_growth_worker_fails_liveness(upstreams, tmp_path):
         assert reef.client().get("/healthz").status_code == 200
         done = concurrent.futures.Future()
         done.set_result(None)
-        reef.reef.extensions["learning"].worker("sc")._task = done
+        reef.reef.learning.worker("sc")._task = done
         r = reef.client().get("/healthz")
         assert r.status_code == 503 and r.json()["dead_workers"] == ["reef-grow-sc"]
 

@@ -34,13 +34,13 @@ def test_release_frozen_at_request_start(tmp_path, streamed):
     def responder(body):
         # A new release lands while this request is being answered.
         if "swap" in json.dumps(body):
-            _in_thread(state["reef"].reef.set_serving(state["rel2"]))
+            _in_thread(state["reef"].reef.releases.serve(state["rel2"]))
         return f"seen: {system_prompt(body)}"
 
     with FakeUpstream("anthropic", responder) as up, ReefServer(tmp_path / "state", upstream=up) as reef:
         state["reef"] = reef
         state["rel2"] = _release(tmp_path, f"rel-2-{streamed}", "Second harness.")
-        asyncio.run(reef.reef.set_serving(_release(tmp_path, f"rel-1-{streamed}", "Be brief.")))
+        asyncio.run(reef.reef.releases.serve(_release(tmp_path, f"rel-1-{streamed}", "Be brief.")))
         body = {"model": "m", "messages": [{"role": "user", "content": "please swap"}], "stream": streamed}
         r = reef.client().post("/v1/chat/completions", json=body, headers={"x-reef-scenario": "s"})
         assert r.status_code == 200

@@ -10,6 +10,7 @@ import re
 import pytest
 from sqlalchemy import event
 
+from reef_core.compose import build_reef
 from reef_core.kernel import Reef
 from reef_core.plugins import get_plugins
 from reef_core.serve.app import create_app
@@ -240,12 +241,12 @@ def _idle(store, first: int, last: int) -> None:
 def _boot(settings) -> dict:
     """Start a kernel with its app's hooks, count store statements and git history reads during
     start, and report what it serves and which scenarios got a growth worker."""
-    reef = Reef(settings, get_plugins())
+    reef = build_reef(settings, get_plugins())
     state = create_app(reef).state.serve
-    lp = reef.extensions["learning"]
+    lp = reef.learning
     history_reads = []
-    history = lp.artifacts.history
-    lp.artifacts.history = lambda scenario: history_reads.append(scenario) or history(scenario)
+    history = reef.releases.artifacts.history
+    reef.releases.artifacts.history = lambda scenario: history_reads.append(scenario) or history(scenario)
     stuck = CandidateRow(id=new_id("cand"), scenario="busy", recipe="basic", status="evaluating")
     reef.store.add_candidate(stuck)
     statements = _Statements(reef.store)
@@ -278,7 +279,7 @@ def _candidate_status(settings, candidate_id: str) -> str:
 def _publish_release(settings, scenario: str, tmp_path) -> Release:
     reef = Reef(settings, get_plugins())
     try:
-        chain = reef.extensions["learning"].chain
+        chain = reef.releases.chain
         artifact = tmp_path / "artifact"
         (artifact / "harness").mkdir(parents=True)
         (artifact / "harness" / "rules.md").write_text("- Be brief.\n")

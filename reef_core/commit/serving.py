@@ -1,0 +1,191 @@
+"""What each scenario serves, kept right: a kernel service that needs no learning loop.
+
+``ServingReleases`` owns the release chain (artifact store + database), the serving table
+(scenario → materialized ``ActiveRelease``, frozen into each request at its start), harness
+application on requests, and the ways the table changes:
+
+- ``start``: crash recovery (reconcile the database with the artifact store when they
+  disagree), then every scenario's head release is served;
+- ``activate``: a release just published here (growth step, rollback) is swapped in, then
+  recorded in the database, then announced (``release_published``);
+- the follower: releases published by another process (``reef grow``/``reef rollback`` from
+  the CLI, another server on the same database) are noticed within ``FOLLOW_INTERVAL_S`` and
+  swapped in;
+- ``rollback``: a past release's content published as the new head.
+
+A server that only serves (``loop.enabled=false``, or a kernel built without the learning
+loop) still serves and follows its releases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..store import RecordStore, Release
+from ..types import ActiveRelease
+from .artifacts import StoredRelease
+from .chain import ReleaseChain
+from .harness import HarnessCache, inject
+
+log = logging.getLogger("reef.releases")
+
+#: seconds between checks of the artifact store for releases published by another process
+FOLLOW_INTERVAL_S = 2.0
+
+
+class ServingReleases:
+    """The serving table of one kernel and the release chain behind it.
+
+    ``artifacts`` is the configured artifact store (conformed to its contract here),
+    ``runtime`` what activates a release (``Runtime.activate``), ``on_published`` is told
+    about each release this process starts serving because it was published (not about the
+    head releases served at start-up).
+    """
+
+    def __init__(self, *, artifacts: Any, store: RecordStore, runtime: Any, state_dir: Path,
+                 on_published: Callable[[Release], None]):
+        self.chain = ReleaseChain(artifacts, store, state_dir / "releases")
+        #: the artifact store, its optional members resolved (``reef_core.contracts.ArtifactStore``)
+        self.artifacts = self.chain.artifacts
+        self.store = store
+        self.runtime = runtime
+        #: parsed harnesses by release: the request path reads a release's files once
+        self.harness = HarnessCache()
+        self._on_published = on_published
+        self._serving: dict[str, ActiveRelease] = {}
+        self._commits: dict[str, str] = {}  # scenario → artifact-store commit it serves
+        self._lock = asyncio.Lock()  # one swap at a time: publisher and follower never both announce
+        self._tasks: list[asyncio.Task] = []
+
+    # ------------------------------------------------------------------ the request path
+
+    def serving(self, scenario: str) -> ActiveRelease | None:
+        """The release ``scenario`` serves now (None before its first)."""
+        return self._serving.get(scenario)
+
+    def apply_harness(self, body: dict[str, Any], dialect: str, release: ActiveRelease | None) -> dict[str, Any]:
+        """``body`` with ``release``'s harness (system prompt, rules, skills) injected; as is
+        without a release. Harness files are parsed once per release and cached."""
+        if release is None:
+            return body
+        return inject(body, dialect, self.harness.get(release))
+
+    # ------------------------------------------------------------------ changes
+
+    async def current(self, scenario: str, head: Release | None) -> ActiveRelease | None:
+        """The materialized ``head`` (what ``scenario`` serves, or is about to)."""
+        if head is None:
+            return None
+        serving = self._serving.get(scenario)
+        if serving is not None and serving.release_id == head.release_id:
+            return serving
+        return await asyncio.to_thread(self.chain.materialize, head)
+
+    async def serve(self, release: ActiveRelease) -> None:
+        """Activate an already materialized ``release`` in the runtime, then route new requests
+        to it (hot swap). Requests that started before keep the release they started with."""
+        async with self._lock:
+            await self.runtime.activate(release)
+            self._serving[release.scenario] = release
+
+    async def activate(self, stored: StoredRelease) -> Release:
+        """Serve a release just published in the artifact store, then record it in the
+        database (the order crash recovery relies on) and announce it."""
+        swapped = await self._swap(stored)
+        row = await asyncio.to_thread(self.chain.record, stored)
+        if swapped:
+            self._on_published(row)
+        return row
+
+    async def rollback(self, scenario: str, release_id: str) -> Release:
+        """Publish ``release_id``'s content as ``scenario``'s new head and serve it."""
+        stored = await asyncio.to_thread(self.chain.rollback, scenario, release_id)
+        return await self.activate(stored)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self, *, follow: bool = True) -> None:
+        """Recover, serve every scenario's head, then (``follow``) start the follower.
+
+        The store queries here do not depend on how many scenarios exist: scenarios without a
+        release cost nothing at start-up.
+        """
+        heads = await asyncio.to_thread(self._recover)
+        for scenario in sorted(heads):
+            await self._swap(heads[scenario])
+        if follow:
+            self._tasks.append(asyncio.create_task(self._follow(), name="reef-release-follower"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)  # stopping regardless of how they end
+        self._tasks.clear()
+
+    def dead_tasks(self) -> list[str]:
+        """The follower, when it ended by itself (it catches its own errors, so it is broken)."""
+        return [t.get_name() for t in self._tasks if t.done()]
+
+    # ------------------------------------------------------------------ internals
+
+    def _recover(self) -> dict[str, Release]:
+        """Reconcile the chain when the database and the artifact store disagree; return
+        {scenario: head release}."""
+        heads = self.store.head_releases()
+        if not self._chain_agrees(heads):
+            added = self.chain.reconcile()
+            if added:
+                log.warning("recorded %d release(s) the database had missed", len(added))
+            heads = self.store.head_releases()
+        return heads
+
+    def _chain_agrees(self, heads: dict[str, Release]) -> bool:
+        """Whether the database already agrees with the artifact store, so that ``reconcile``
+        (which reads the history of every scenario, one by one) has nothing to do.
+
+        They agree when every scenario has the same head commit in both and each database chain
+        is complete (a head at sequence n and n rows): chains are append-only, so nothing can
+        be missing below an agreeing head. The database is read before the store, as
+        ``reconcile`` does: it may lag the store, never lead it, so a release another process
+        publishes meanwhile shows up as a difference and the full reconcile runs.
+        """
+        counts = self.store.release_counts()
+        if self.artifacts.heads() != {scenario: row.git_commit for scenario, row in heads.items()}:
+            return False
+        return all(counts.get(scenario) == row.sequence for scenario, row in heads.items())
+
+    async def _swap(self, release: Release | StoredRelease) -> bool:
+        """Serve ``release`` unless it already serves; True when this call swapped it in."""
+        async with self._lock:
+            serving = self._serving.get(release.scenario)
+            swapped = serving is None or serving.release_id != release.release_id
+            if swapped:
+                active = await asyncio.to_thread(self.chain.materialize, release)
+                await self.runtime.activate(active)
+                self._serving[release.scenario] = active
+            commit = release.commit if isinstance(release, StoredRelease) else release.git_commit
+            self._commits[release.scenario] = commit or ""
+            return swapped
+
+    async def _follow(self) -> None:
+        while True:
+            await asyncio.sleep(FOLLOW_INTERVAL_S)
+            try:
+                heads = await asyncio.to_thread(self.artifacts.heads)
+                moved = [s for s, c in heads.items() if self._commits.get(s) != c]
+                if moved:  # only those scenarios: the cost stays independent of idle ones
+                    await asyncio.to_thread(self.chain.reconcile, moved)
+                    for scenario in moved:
+                        head = await asyncio.to_thread(self.chain.head, scenario)
+                        if head is not None and self._commits.get(scenario) != head.git_commit:
+                            log.info("%s: following release %s published elsewhere", scenario, head.release_id)
+                            if await self._swap(head):
+                                self._on_published(head)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # keep following; the next round retries
+                log.exception("following the release chain failed")
