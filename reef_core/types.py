@@ -79,8 +79,36 @@ class Candidate:
 
 
 @dataclass
+class Episode:
+    """One evaluation episode: one task, run once on one side (``candidate`` or ``current``).
+
+    ``request`` is the body as sent to the runtime (harness applied), ``answer`` the text the
+    grader saw, ``score`` its grade (None when the episode crashed; ``error`` says why).
+    """
+
+    task_id: str
+    side: str
+    repeat: int
+    request: dict[str, Any]
+    answer: str | None
+    score: float | None
+    grader: str
+    latency_ms: float
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task_id": self.task_id, "side": self.side, "repeat": self.repeat, "request": self.request,
+                "answer": self.answer, "score": self.score, "grader": self.grader,
+                "latency_ms": self.latency_ms, "error": self.error}
+
+
+@dataclass
 class Evaluation:
-    """What an evaluator measured: per-task scores for candidate and current (None = crashed)."""
+    """What an evaluator measured: per-task scores for candidate and current (None = crashed).
+
+    ``episodes`` holds every episode in full when the evaluator keeps them (the kernel stores
+    them with the candidate); ``to_dict`` leaves them out, so the summary stays small.
+    """
 
     evaluator: str
     candidate_scores: list[float | None] = field(default_factory=list)
@@ -88,6 +116,7 @@ class Evaluation:
     tasks: list[str] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    episodes: list[Episode] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
