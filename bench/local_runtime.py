@@ -122,7 +122,7 @@ async def main(tokens: int, rounds: int) -> None:
     releases = []
     for i in (1, 2):
         art = tmp / f"r{i}"
-        make_adapter(rt.model_dir, art, seed=i)
+        make_adapter(rt.base_model().path, art, seed=i)
         releases.append(ActiveRelease(scenario="bench", release_id=f"r{i}", path=art))
     await rt.activate(releases[0])
     stop = asyncio.Event()

@@ -2,14 +2,27 @@
 
 What a plugin needs is importable from here: the contract of each kind of plugin object
 (``Runtime``, ``Recipe``, ``Evaluator``, ``RecordFilter``, ``ArtifactStore``, ``HarnessAdapter``,
-``Grader``), the values those objects receive and return, the errors they raise, and
-``hookimpl`` to register them.
+``Grader``), the capabilities a runtime may offer (``TrainableBase``: the base model a weight
+recipe trains against, reached with ``require_trainable``), the values those objects receive
+and return, the errors they raise, and ``hookimpl`` to register them.
 """
 
 from .commit.artifacts import StoredRelease
 from .commit.gate import EvalContext
 from .commit.harness import HarnessBundle, HarnessFile
-from .contracts import ArtifactStore, Evaluator, Grader, HarnessAdapter, Recipe, RecordFilter, Runtime
+from .contracts import (
+    ArtifactStore,
+    Evaluator,
+    Grader,
+    HarnessAdapter,
+    Recipe,
+    RecordFilter,
+    Runtime,
+    ServedBase,
+    TrainableBase,
+    require_trainable,
+    trainable_base,
+)
 from .errors import (
     ConfigError,
     ConflictError,
@@ -37,6 +50,10 @@ __all__ = [
     "Recipe",
     "RecordFilter",
     "Runtime",
+    # capabilities a runtime may offer
+    "TrainableBase",
+    "require_trainable",
+    "trainable_base",
     # values plugins receive and return
     "ActiveRelease",
     "Batch",
@@ -52,6 +69,7 @@ __all__ = [
     "InferenceCall",
     "PublishedRelease",
     "RecipeContext",
+    "ServedBase",
     "StoredRelease",
     "StoredReport",
     # errors

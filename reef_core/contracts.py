@@ -11,6 +11,11 @@ built, in an adapter that supplies the optional members' defaults
 (``reef_core.protocols.conform``). Kernel code therefore calls optional members directly and
 never probes for them.
 
+Capabilities: what only some objects of a kind can do is a small protocol of its own, not an
+optional member with a default, so code that needs it asks once and gets a clear error:
+``TrainableBase`` is a runtime that serves a base model a weight recipe can train against
+(``require_trainable(runtime, recipe)``).
+
 ``reef_core.protocols`` derives the registration checks (``KINDS``, ``missing_members``) from
 these classes, and ``docs/plugins.md`` lists them, so checks, docs and code cannot drift.
 
@@ -25,10 +30,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .errors import NotFoundError
+from .errors import ConfigError, NotFoundError
 from .types import ActiveRelease, Candidate, Decision, Evaluation, InferenceCall, UpdateTarget
 
 if TYPE_CHECKING:  # only for annotations: these modules import the kernel's machinery
@@ -119,6 +125,87 @@ class Runtime(ABC):
 
     async def aclose(self) -> None:
         """Release connections, threads and models. Default: nothing to release."""
+
+
+@dataclass(frozen=True)
+class ServedBase:
+    """The base model a runtime serves, as training loads its own copy of it (``TrainableBase``).
+
+    ``path``: a local directory holding the same weights the runtime serves, with their
+    tokenizer, that ``transformers`` loads offline (``config.json``, weights, tokenizer files);
+    ``model_id``: the served model's name; ``device``: where training should put its copy
+    (``cpu``, ``cuda``, ``cuda:1``; ``auto``: cuda when available); ``dtype``: the precision
+    the runtime serves in (``bfloat16``, ``float32``; None: unknown), for information: training
+    picks its own; ``eos_token_ids``: the token ids that end a completion.
+    """
+
+    path: Path
+    model_id: str
+    device: str = "auto"
+    dtype: str | None = None
+    eos_token_ids: tuple[int, ...] = ()
+
+
+@runtime_checkable
+class TrainableBase(Protocol):
+    """A runtime capability: "I serve a base model a weight recipe can train against".
+
+    Not a kind of its own: a runtime offers it by having these three methods (subclassing is
+    not needed). Weight recipes reach the base through it alone (``require_trainable``) and
+    train with ``reef-train``, so no recipe imports a runtime's package.
+    """
+
+    def trainable_problem(self) -> str | None:
+        """One sentence saying why training cannot load this runtime's base as configured (naming
+        the option to set), or None when ``base_model()`` can answer (once started)."""
+        ...
+
+    def base_model(self) -> ServedBase:
+        """The served base: its local directory, name, device, precision and end-of-turn ids.
+
+        May need ``start()`` first (a runtime that loads its model there); raises
+        ``ConfigError`` when ``trainable_problem()`` has a sentence."""
+        ...
+
+    def adapter_of(self, release: ActiveRelease | None) -> Path | None:
+        """The directory of the LoRA adapter ``release`` serves on this base (a PEFT directory
+        training can continue from), or None when it serves the base model itself: no release
+        yet, or a release without an adapter (harness only)."""
+        ...
+
+
+def trainable_base(runtime: object) -> TrainableBase | None:
+    """``runtime`` when it offers ``TrainableBase`` and can, as configured, say what it serves;
+    else None."""
+    from .protocols import unwrap  # the kernel may hold a runtime wrapped by ``conform``
+
+    inner = unwrap(runtime)
+    if not isinstance(inner, TrainableBase):
+        return None
+    return inner if inner.trainable_problem() is None else None
+
+
+def require_trainable(runtime: object, recipe: str) -> TrainableBase:
+    """``runtime`` as a ``TrainableBase``, for recipe ``recipe`` that trains weights against it.
+
+    Raises ``ConfigError`` naming the runtime and what to configure when it cannot: a runtime
+    without the capability, or one whose ``trainable_problem()`` has a sentence."""
+    from .protocols import unwrap
+
+    inner = unwrap(runtime)
+    shown = type(inner).__name__
+    if not isinstance(inner, TrainableBase):
+        raise ConfigError(
+            f"recipe {recipe!r} trains against the served base model, but the runtime ({shown}) does not "
+            "provide one (it does not implement reef_core.TrainableBase: base_model(), adapter_of(release), "
+            "trainable_problem()); use a runtime that serves local weights, e.g. runtime=local, or "
+            "runtime=sglang with runtime.base_model_path set."
+        )
+    problem = inner.trainable_problem()
+    if problem is not None:
+        raise ConfigError(f"recipe {recipe!r} trains against the served base model, but the runtime ({shown}) "
+                          f"cannot provide it: {problem}")
+    return inner
 
 
 class HarnessAdapter(ABC):
@@ -294,4 +381,8 @@ __all__ = [
     "Recipe",
     "RecordFilter",
     "Runtime",
+    "ServedBase",
+    "TrainableBase",
+    "require_trainable",
+    "trainable_base",
 ]

@@ -16,7 +16,8 @@
 - ``parse_sse(text)`` — events of a raw SSE body.
 - contract kits (``reef_core.testing.kits``): ``check_recipe``, ``check_evaluator``,
   ``check_record_filter``, ``check_artifact_store``, ``check_harness_adapter``, ``check_grader``,
-  ``check_runtime`` — one call checks a plugin object against its contract; ``synthetic_batch``,
+  ``check_runtime``, ``check_trainable_base`` — one call checks a plugin object against its
+  contract (or a runtime against the ``TrainableBase`` capability); ``synthetic_batch``,
   ``synthetic_release``, ``recipe_context``, ``eval_context``, ``EchoRuntime`` build their inputs.
 - ``reef_core.testing.pytest_plugin`` — ``fake_upstream`` and ``reef_server`` factory fixtures
   (loaded automatically through reef-core's ``pytest11`` entry point).
@@ -32,6 +33,7 @@ from .kits import (
     check_recipe,
     check_record_filter,
     check_runtime,
+    check_trainable_base,
     eval_context,
     recipe_context,
     synthetic_batch,
@@ -59,6 +61,7 @@ __all__ = [
     "check_recipe",
     "check_record_filter",
     "check_runtime",
+    "check_trainable_base",
     "echo",
     "eval_context",
     "last_user_text",

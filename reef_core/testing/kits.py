@@ -30,12 +30,12 @@ from ..commit.artifacts import MANIFEST_FORMAT, StoredRelease, content_hash, des
 from ..commit.chain import stage_candidate
 from ..commit.gate import EvalContext
 from ..commit.harness import harness_bundle
-from ..contracts import Runtime
-from ..errors import PublishConflict
+from ..contracts import Runtime, ServedBase, TrainableBase, require_trainable, trainable_base
+from ..errors import ConfigError, PublishConflict
 from ..grow.context import RecipeContext
 from ..grow.progress import LogProgress
 from ..observe import Batch, Experience, ExperienceRecord, FilterContext, parse_filter_spec
-from ..protocols import conform, missing_members
+from ..protocols import conform, missing_members, unwrap
 from ..types import ActiveRelease, Candidate, Decision, Evaluation, InferenceCall
 
 log = logging.getLogger("reef.kit")
@@ -379,6 +379,54 @@ def check_runtime(runtime: Any, *, body: dict[str, Any] | None = None, start: bo
     return asyncio.run(run())
 
 
+def check_trainable_base(runtime: Any, tmp_path: Path) -> ServedBase | None:
+    """Check a runtime's ``TrainableBase`` capability (start the runtime first when its
+    ``base_model()`` needs that). As configured it either has a problem sentence — then
+    ``trainable_base`` is None and ``require_trainable`` and ``base_model`` raise ``ConfigError``
+    with it, and the kit returns None — or describes a loadable base directory and maps releases
+    to their adapter directories (None for none and for a harness-only release); the kit then
+    returns that ``ServedBase``."""
+    inner = unwrap(runtime)
+    assert isinstance(inner, TrainableBase), \
+        f"{inner!r} lacks TrainableBase's base_model(), adapter_of(release) or trainable_problem()"
+    problem = inner.trainable_problem()
+    if problem is not None:
+        assert isinstance(problem, str) and problem.strip(), "trainable_problem() returns a sentence or None"
+        assert trainable_base(runtime) is None, "trainable_base() must be None while there is a problem"
+        for attempt in (lambda: require_trainable(runtime, "kit"), inner.base_model):
+            try:
+                attempt()
+            except ConfigError as exc:
+                assert problem in str(exc), f"the ConfigError must carry the problem sentence, not {exc}"
+            else:
+                raise AssertionError("require_trainable/base_model must raise ConfigError while there is a problem")
+        return None
+    assert trainable_base(runtime) is inner and require_trainable(runtime, "kit") is inner
+    base = inner.base_model()
+    assert isinstance(base, ServedBase), f"base_model() must return a reef_core.ServedBase, not {type(base).__name__}"
+    path = Path(base.path)
+    assert path.is_absolute() and (path / "config.json").is_file(), \
+        f"ServedBase.path must be an absolute Hugging Face model directory, not {path}"
+    assert any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")), \
+        f"ServedBase.path {path} holds no tokenizer"
+    assert isinstance(base.model_id, str) and base.model_id, "ServedBase.model_id must name the model"
+    assert isinstance(base.device, str) and base.device, "ServedBase.device must be a device name"
+    assert base.dtype is None or isinstance(base.dtype, str), "ServedBase.dtype is a name or None"
+    assert isinstance(base.eos_token_ids, tuple) and base.eos_token_ids and \
+        all(isinstance(i, int) for i in base.eos_token_ids), "ServedBase.eos_token_ids must be a tuple of token ids"
+    assert inner.adapter_of(None) is None, "adapter_of(None) must be None (the base model)"
+    harness_only = synthetic_release(Path(tmp_path) / "harness-release")
+    assert inner.adapter_of(harness_only) is None, "adapter_of(a release without adapter/) must be None"
+    adapter = Path(tmp_path) / "adapter-release" / "adapter"
+    adapter.mkdir(parents=True, exist_ok=True)
+    (adapter / "adapter_config.json").write_text('{"peft_type": "LORA"}')
+    with_adapter = ActiveRelease(scenario=SCENARIO, release_id="rel_kit_adapter", path=adapter.parent)
+    found = inner.adapter_of(with_adapter)
+    assert found is not None and (Path(found) / "adapter_config.json").is_file(), \
+        f"adapter_of(a release with adapter/) must be its PEFT directory, not {found!r}"
+    return base
+
+
 __all__ = [
     "EchoRuntime",
     "check_artifact_store",
@@ -388,6 +436,7 @@ __all__ = [
     "check_record_filter",
     "check_recipe",
     "check_runtime",
+    "check_trainable_base",
     "eval_context",
     "recipe_context",
     "synthetic_batch",

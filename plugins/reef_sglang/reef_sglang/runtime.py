@@ -25,11 +25,20 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from reef_core import ActiveRelease, InferenceCall, Runtime, RuntimeCallError, RuntimeUnavailable
+from reef_core import (
+    ActiveRelease,
+    ConfigError,
+    InferenceCall,
+    Runtime,
+    RuntimeCallError,
+    RuntimeUnavailable,
+    ServedBase,
+)
 from reef_core.kit import AdapterTable, Version, basic_auth, redact_url, split_url_credentials, version_name
 
 log = logging.getLogger(__name__)
@@ -55,10 +64,19 @@ class SGLangRuntime(Runtime):
         timeout_s / connect_timeout_s: per-request limits.
         capture_tokens: ask for token ids and logprobs and record them in ``call.extras``.
         max_connections: connection-pool size.
+        base_model_path: a local directory (readable by Reef) holding the same Hugging Face
+            weights and tokenizer the engine serves; weight recipes train against it
+            (``reef_core.TrainableBase``). Unset: this runtime offers no base to train against.
+        base_model_device: where training loads its copy of that base (``auto``: cuda when
+            available, else cpu; ``cuda:1`` keeps it off the engine's GPU).
 
     ``call.extras``: ``prompt_token_ids`` and ``response_token_ids`` (when the engine returns
     them), ``logprobs`` (one per response token, from the engine's sampling), ``adapter``
     (``<scenario>@<release_id>`` or None for the base).
+
+    A ``reef_core.TrainableBase`` when ``base_model_path`` is set: weight recipes then train
+    against those files (the engine cannot hand out its weights), so they must be the ones it
+    serves.
     """
 
     dialect = "openai"
@@ -75,6 +93,8 @@ class SGLangRuntime(Runtime):
         connect_timeout_s: float = 10.0,
         capture_tokens: bool = True,
         max_connections: int = 100,
+        base_model_path: str | None = None,
+        base_model_device: str = "auto",
     ):
         if flavor not in ROUTES:
             raise ValueError(f"runtime.flavor must be one of {sorted(ROUTES)}, not {flavor!r}.")
@@ -94,6 +114,8 @@ class SGLangRuntime(Runtime):
         self.timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
         self.capture_tokens = capture_tokens
         self.max_connections = max_connections
+        self.base_model_path = Path(base_model_path).expanduser() if base_model_path else None
+        self.base_model_device = base_model_device
         self.adapters = AdapterTable()
         self._client: httpx.AsyncClient | None = None
         self._admin_lock = asyncio.Lock()
@@ -129,6 +151,39 @@ class SGLangRuntime(Runtime):
 
     def serving(self) -> dict[str, dict]:
         return self.adapters.snapshot()
+
+    # ------------------------------------------------------------------ reef_core.TrainableBase
+
+    def trainable_problem(self) -> str | None:
+        """Why weight recipes cannot train against this engine's base as configured, or None."""
+        path = self.base_model_path
+        if path is None:
+            return ("runtime.base_model_path is not set; set it to a local directory holding the same Hugging Face "
+                    "weights and tokenizer the engine serves (the directory given to --model-path) so training can "
+                    "load them.")
+        if not (path / "config.json").is_file():
+            return (f"runtime.base_model_path={str(path)!r} is not a local Hugging Face model directory (no "
+                    "config.json there); give the directory of the weights the engine serves.")
+        return None
+
+    def base_model(self) -> ServedBase:
+        """The base the engine serves, from ``runtime.base_model_path`` (read from its files;
+        the engine is not asked, so this works before ``start()``)."""
+        problem = self.trainable_problem()
+        if problem is not None:
+            raise ConfigError(problem)
+        path = self.base_model_path.resolve()
+        return ServedBase(
+            path=path,
+            model_id=self.model or path.name,
+            device=self.base_model_device,
+            dtype=_config_dtype(path),
+            eos_token_ids=_eos_token_ids(path),
+        )
+
+    def adapter_of(self, release: ActiveRelease | None) -> Path | None:
+        """The release's ``adapter/`` (what ``activate`` loads on the engine), None for the base."""
+        return release.adapter_dir if release is not None else None
 
     # ------------------------------------------------------------------ adapters
 
@@ -374,3 +429,37 @@ def _fill_extras(extras: dict[str, Any], data: dict[str, Any]) -> None:
     logprobs = _choice_logprobs(choice)
     if logprobs:
         extras["logprobs"] = logprobs
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _config_dtype(model_dir: Path) -> str | None:
+    config = _read_json(model_dir / "config.json")
+    dtype = config.get("dtype") or config.get("torch_dtype")  # newer transformers write ``dtype``
+    return dtype if isinstance(dtype, str) else None
+
+
+def _eos_token_ids(model_dir: Path) -> tuple[int, ...]:
+    """End-of-turn ids of an HF directory as transformers would see them, without loading it:
+    ``generation_config.json``'s ``eos_token_id`` (else ``config.json``'s) and the tokenizer's
+    ``eos_token`` (looked up among ``tokenizer_config.json``'s added tokens)."""
+    ids: set[int] = set()
+    generation = _read_json(model_dir / "generation_config.json") or _read_json(model_dir / "config.json")
+    tokenizer = _read_json(model_dir / "tokenizer_config.json")
+    eos = tokenizer.get("eos_token")
+    eos = eos.get("content") if isinstance(eos, dict) else eos
+    added = tokenizer.get("added_tokens_decoder")
+    tokenizer_eos = next((int(i) for i, t in added.items() if isinstance(t, dict) and t.get("content") == eos),
+                         None) if isinstance(added, dict) and eos else None
+    for value in (generation.get("eos_token_id"), tokenizer_eos):
+        if isinstance(value, int) and not isinstance(value, bool):
+            ids.add(value)
+        elif isinstance(value, list):
+            ids.update(int(v) for v in value if isinstance(v, int) and not isinstance(v, bool))
+    return tuple(sorted(ids))

@@ -21,7 +21,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from reef_core import ActiveRelease, InferenceCall, Runtime, RuntimeCallError, RuntimeUnavailable, StartupError
+from reef_core import (
+    ActiveRelease,
+    InferenceCall,
+    Runtime,
+    RuntimeCallError,
+    RuntimeUnavailable,
+    ServedBase,
+    StartupError,
+)
 from reef_core.kit import AdapterTable, Version, version_name
 
 from .model_loading import EMBEDDED_ALIASES, EMBEDDED_MODEL_ID, ModelLoadError
@@ -49,6 +57,9 @@ class ModelNotLoadable(StartupError, ModelLoadError):
 
 class LocalRuntime(Runtime):
     """A transformers + peft model served with dynamic batching and per-scenario LoRA adapters.
+
+    A ``reef_core.TrainableBase``: weight recipes train against the served model through
+    ``base_model()`` and ``adapter_of(release)`` (with ``reef_train.load_trainable``).
 
     Options (``runtime=local``):
         model: local HF model directory; empty for the embedded SmolLM2-135M-Instruct.
@@ -140,33 +151,35 @@ class LocalRuntime(Runtime):
         return Path(str(self.model_option)).expanduser().name
 
     @property
-    def model_dir(self) -> Path:
-        """The HF directory served (what training loads its own copy from)."""
-        self._require_started()
-        return self.loaded.model_dir
-
-    @property
     def tokenizer(self):
         self._require_started()
         return self.loaded.tokenizer
 
-    @property
-    def eos_token_ids(self) -> list[int]:
-        """Token ids that end a completion (for ``reef_train.rollout``)."""
+    # ------------------------------------------------------------------ reef_core.TrainableBase
+
+    def trainable_problem(self) -> str | None:
+        """None: the served model is always a local directory training can load."""
+        return None
+
+    def base_model(self) -> ServedBase:
+        """The HF directory served (for the embedded model: its converted cache), its device,
+        dtype and end-of-turn ids; what ``reef_train.load_trainable`` loads its own copy from."""
         self._require_started()
-        return sorted(self.engine.eos_ids)
+        loaded = self.loaded
+        return ServedBase(
+            path=Path(loaded.model_dir).resolve(),
+            model_id=loaded.model_id,
+            device=str(loaded.device),
+            dtype=str(loaded.dtype).removeprefix("torch."),
+            eos_token_ids=tuple(sorted(self.engine.eos_ids)),
+        )
 
-    def training_policy(self, adapter_dir: str | Path | None = None, **lora: Any):
-        """A trainable copy of the served base (with ``adapter_dir``'s LoRA, or a fresh one).
-
-        Training never touches the serving model: see ``reef_train.load_policy`` for why.
-        ``lora`` goes to ``reef_train.load_policy`` (``r``, ``alpha``, ``seed`` …).
-        """
-        from reef_train import load_policy
-
-        self._require_started()
-        lora.setdefault("device", self.loaded.device)
-        return load_policy(self.model_dir, adapter_dir, **lora)
+    def adapter_of(self, release: ActiveRelease | None) -> Path | None:
+        """The release's ``adapter/`` (checked to be a PEFT directory), None for the base."""
+        if release is None or release.adapter_dir is None:
+            return None
+        self._check_adapter_dir(release)
+        return release.adapter_dir
 
     def _require_started(self) -> None:
         if self.engine is None:

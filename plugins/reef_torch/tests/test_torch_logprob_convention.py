@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 
 from reef_core import InferenceCall
 from reef_torch import LocalRuntime
-from reef_train import Sample, collate, importance_ratios, response_logprobs, token_logprobs
+from reef_train import Sample, collate, importance_ratios, load_trainable, response_logprobs, token_logprobs
 from reef_train.testing import train_word_adapter
 
 PROMPTS = ["hello", "what is two plus two?", "tell me a story", "hi there"]
@@ -39,15 +39,17 @@ async def test_recompute_matches_recorded_sampling_logprobs(tiny_model_dir, toke
     adapter = train_word_adapter(tiny_model_dir, tmp_path / "art", "mango", PROMPTS[:2], steps=15) if with_adapter else None
     rt = LocalRuntime(model=str(tiny_model_dir), device="cpu")
     await rt.start()
-    if adapter is not None:
-        await rt.activate(release("s", "r1", tmp_path, adapter))
+    served = release("s", "r1", tmp_path, adapter) if adapter is not None else None
+    if served is not None:
+        await rt.activate(served)
     recorded = {}
     # greedy and sampled at T=1 (several at once, so batched rows are covered), then T=0.7
     for t, seeds in ((0, [None]), (1.0, [1, 2, 3]), (0.7, [4])):
         outs = await asyncio.gather(*(record(rt, "s", p, temperature=t, seed=s) for p in PROMPTS for s in seeds))
         recorded[t] = outs
-    policy = rt.training_policy(adapter)  # a separate training copy of the served base
-    assert rt.eos_token_ids == [tokenizer.eos_token_id]
+    base = rt.base_model()
+    policy = load_trainable(base, rt.adapter_of(served))  # a separate training copy of the served base
+    assert base.eos_token_ids == (tokenizer.eos_token_id,)
     await rt.aclose()
     assert all(e["adapter"] == ("s@r1" if adapter else None) for outs in recorded.values() for _, e in outs)
 

@@ -5,7 +5,9 @@ The pieces, each usable alone:
 
 * ``policy`` — ``load_policy``: a *separate* trainable copy of the served base model with a
   LoRA adapter (fresh, or continued from a published ``adapter/`` directory; see the module
-  for why never the serving object); ``save_adapter`` writes the candidate's ``adapter/``;
+  for why never the serving object); ``load_trainable`` / ``load_tokenizer`` take the served
+  base as a runtime describes it (``reef_core.TrainableBase.base_model()``, duck-typed: this
+  library does not import reef-core); ``save_adapter`` writes the candidate's ``adapter/``;
 * ``data`` — ``Sample`` (recorded or sampled completion), ``collate`` into a ``TokenBatch``;
 * ``logprobs`` — ``token_logprobs`` / ``response_logprobs`` recompute the log-probability of
   recorded response tokens with the convention the runtime records (``log_softmax(logits / T)``;
@@ -25,7 +27,14 @@ from .data import Sample, TokenBatch, collate
 from .logprobs import reference_logprobs, response_logprobs, token_logprobs
 from .losses import importance_ratios, kl_penalty, masked_mean, policy_gradient_loss, ppo_clip_loss
 from .optim import make_optimizer, optimizer_step, trainable_parameters
-from .policy import linear_module_names, load_policy, save_adapter, seed_everything
+from .policy import (
+    linear_module_names,
+    load_policy,
+    load_tokenizer,
+    load_trainable,
+    save_adapter,
+    seed_everything,
+)
 from .rollout import rollout
 from .sampling import make_generator, sample_rows
 from .training import PolicyTrainer
@@ -39,6 +48,8 @@ __all__ = [
     "kl_penalty",
     "linear_module_names",
     "load_policy",
+    "load_tokenizer",
+    "load_trainable",
     "make_generator",
     "make_optimizer",
     "masked_mean",

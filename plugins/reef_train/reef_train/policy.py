@@ -12,6 +12,7 @@ the Commit step's ``runtime.activate`` brings it into serving.
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -86,6 +87,47 @@ def load_policy(
         model = get_peft_model(base, config)
     model.train()
     return model
+
+
+def load_trainable(base: Any, adapter_dir: str | Path | None = None, **options: Any) -> Any:
+    """``load_policy`` for a served base: a trainable copy of it, on its device.
+
+    ``base`` describes the base the runtime serves: an object with ``path`` (the local model
+    directory) and optionally ``device`` — what ``reef_core.TrainableBase.base_model()`` returns
+    (``reef_core.ServedBase``; this library does not import reef-core) — or a model directory.
+    ``adapter_dir`` is the LoRA to continue from (``runtime.adapter_of(current)``; None: a fresh
+    one). ``options`` go to ``load_policy`` (``r``, ``alpha``, ``seed``, ``dtype`` …; ``device``
+    overrides the base's). Training loads float32 unless ``dtype`` says otherwise.
+    """
+    path, device = _base_path_and_device(base)
+    if "device" not in options and device is not None:
+        options["device"] = _resolve_device(device)
+    return load_policy(path, adapter_dir, **options)
+
+
+def load_tokenizer(base: Any) -> Any:
+    """The tokenizer of ``base`` (as for ``load_trainable``), loaded offline from its directory."""
+    from transformers import AutoTokenizer
+
+    path, _ = _base_path_and_device(base)
+    return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+
+
+def _resolve_device(device: str | None) -> str:
+    """``auto`` (or empty) → ``cuda`` when available, else ``cpu``; anything else as given."""
+    if device in (None, "", "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return str(device)
+
+
+def _base_path_and_device(base: Any) -> tuple[Path, str | None]:
+    if isinstance(base, (str, os.PathLike)):
+        return Path(base), None
+    path = getattr(base, "path", None)
+    if path is None:
+        raise TypeError(f"expected a model directory or a served base with a `path` (reef_core.ServedBase), "
+                        f"not {type(base).__name__}")
+    return Path(path), getattr(base, "device", None)
 
 
 def save_adapter(model: Any, artifact_dir: str | Path) -> Path:
