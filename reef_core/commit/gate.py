@@ -33,7 +33,13 @@ class EvaluationCancelled(ReefError):
 
 @dataclass
 class EvalContext:
-    """What an evaluator gets besides the candidate and the current release."""
+    """What an evaluator gets besides the candidate and the current release.
+
+    ``store`` is the record store (read it, never write), None when the context was built
+    without one (unit tests). ``serving_params`` and ``training_prompts`` are for contexts
+    built by hand: when None, ``task_suite`` works them out from ``store`` (the sampling
+    fields recent requests of the scenario used; the user texts of the candidate's batch).
+    """
 
     scenario: str
     runtime: Any
@@ -45,6 +51,9 @@ class EvalContext:
     cancelled: threading.Event = field(default_factory=threading.Event)
     deadline: float | None = None
     graders: dict[str, Callable[..., float]] = field(default_factory=dict)
+    store: Any = None
+    serving_params: dict[str, Any] | None = None
+    training_prompts: frozenset[str] | None = None
 
     @property
     def dialect(self) -> str:
@@ -57,11 +66,20 @@ class EvalContext:
         Blocks the calling (evaluator) thread; raises EvaluationCancelled once the gate gave
         up, ``TimeoutError`` after ``timeout_s``, or whatever the runtime raised.
         """
+        return self.send(self.prepare(body, release), release, timeout_s=timeout_s)
+
+    def prepare(self, body: dict[str, Any], release: ActiveRelease | None) -> dict[str, Any]:
+        """``body`` as the runtime will get it: with ``release``'s harness applied."""
+        if release is not None and self.apply_harness is not None:
+            return self.apply_harness(body, self.dialect, release)
+        return body
+
+    def send(self, prepared: dict[str, Any], release: ActiveRelease | None, *,
+             timeout_s: float | None = None) -> dict[str, Any]:
+        """Answer a body ``prepare`` returned, as is (``complete`` without the harness step)."""
         if self.cancelled.is_set() or (self.deadline is not None and time.monotonic() >= self.deadline):
             raise EvaluationCancelled("the evaluation's time is up")
-        if release is not None and self.apply_harness is not None:
-            body = self.apply_harness(body, self.dialect, release)
-        call = InferenceCall(scenario=self.scenario, record_id=f"eval_{uuid.uuid4().hex}", body=body,
+        call = InferenceCall(scenario=self.scenario, record_id=f"eval_{uuid.uuid4().hex}", body=prepared,
                              dialect=self.dialect, release=release)
         limit = timeout_s
         if self.deadline is not None:

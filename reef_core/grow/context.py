@@ -28,7 +28,7 @@ def eval_context(reef: Reef, scenario: str, progress: Any = None) -> EvalContext
     return EvalContext(scenario=scenario, runtime=reef.runtime, loop=asyncio.get_running_loop(),
                        apply_harness=reef.releases.apply_harness, log=logging.getLogger("reef.eval"),
                        progress=progress or LogProgress(logging.getLogger("reef.progress"), label=scenario),
-                       default_model=model)
+                       default_model=model, store=reef.store)
 
 
 @dataclass

@@ -75,7 +75,7 @@ def test_paired_comparison_counts_wins_losses_and_crashes(loop, tmp_path):
         ("candidate", "B?"): RuntimeCallError("boom"), ("current", "B?"): "no",     # crashed < 0.0: loss
         ("candidate", "C?"): RuntimeCallError("x"), ("current", "C?"): RuntimeCallError("y"),  # tie
     })
-    suite = TaskSuiteEvaluator(tasks=TASKS, margin=0)
+    suite = TaskSuiteEvaluator(tasks=TASKS, margin=0, rule="wins_minus_losses")
     evaluation, decision = run_gate(suite, "task_suite", _candidate(tmp_path), None, _ctx(loop, runtime), 30)
     assert evaluation.candidate_scores == [1.0, None, None] and evaluation.current_scores == [0.0, 0.0, None]
     m = evaluation.metrics
@@ -89,9 +89,10 @@ def test_margin_and_repeats(loop, tmp_path):
     answers = {("candidate", p): "yes" for p in ("A?", "B?", "C?")}
     runtime = ScriptedRuntime(answers)
     ctx = _ctx(loop, runtime)
-    assert run_gate(TaskSuiteEvaluator(tasks=TASKS, margin=2), "t", _candidate(tmp_path), None, ctx, 30)[1].outcome \
-        == "select"
-    evaluation, decision = run_gate(TaskSuiteEvaluator(tasks=TASKS, margin=3), "t", _candidate(tmp_path), None,
+    counted = {"rule": "wins_minus_losses"}
+    assert run_gate(TaskSuiteEvaluator(tasks=TASKS, margin=2, **counted), "t", _candidate(tmp_path), None, ctx,
+                    30)[1].outcome == "select"
+    evaluation, decision = run_gate(TaskSuiteEvaluator(tasks=TASKS, margin=3, **counted), "t", _candidate(tmp_path), None,
                                     _ctx(loop, runtime), 30)
     assert decision.outcome == "reject"
     evaluation, _ = run_gate(TaskSuiteEvaluator(tasks=TASKS, repeats=2), "t", _candidate(tmp_path), None,
