@@ -2,7 +2,8 @@
 
 Trailing ``key=value`` arguments are Hydra overrides (``reef serve recipe=feedback_rules
 runtime.upstream_url=http://...``). Errors are one line on stderr with exit code 2 for
-configuration and plugin problems.
+configuration and plugin problems (a config other than the one the state directory was last
+served with among them, ``reef_core.served_config``), 1 for the rest.
 """
 
 from __future__ import annotations
@@ -121,8 +122,19 @@ def records() -> None:
     """Read stored records."""
 
 
-def _store(overrides: tuple[str, ...], config_file: str | None):
+_force_store = click.option(
+    "--force", is_flag=True,
+    help="Read even though the record store given is not the one the state directory was last served with.",
+)
+
+
+def _store(overrides: tuple[str, ...], config_file: str | None, force: bool = False):
+    """The record store of the config given; refused when the state directory was served with
+    another one (reading it would show some other store's records, or an empty new one)."""
+    from .served_config import check_given
+
     _cfg, settings, _plugins = load(overrides, config_file)
+    check_given(settings, force=force, keys=("record_store",))
     return settings.open_record_store(), settings
 
 
@@ -131,11 +143,12 @@ def _store(overrides: tuple[str, ...], config_file: str | None):
 @click.option("-s", "--scenario", help="Scenario (default: server.default_scenario).")
 @click.option("--status", type=click.Choice(["ok", "error", "incomplete"]))
 @click.option("-n", "--limit", default=20, show_default=True)
+@_force_store
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
 @_friendly
-def records_list(config_file, scenario, status, limit, overrides) -> None:
+def records_list(config_file, scenario, status, limit, force, overrides) -> None:
     """The newest records of a scenario, one per line."""
-    store, settings = _store(overrides, config_file)
+    store, settings = _store(overrides, config_file, force)
     scenario = scenario or settings.server.default_scenario
     rows = store.list_records(scenario, status=status, limit=limit, newest_first=True)
     reports = store.reports_for_records([r.id for r in rows])
@@ -150,15 +163,16 @@ def records_list(config_file, scenario, status, limit, overrides) -> None:
 
 @records.command("show", context_settings={"ignore_unknown_options": True})
 @_config_file
+@_force_store
 @click.argument("record_id")
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
 @_friendly
-def records_show(config_file, record_id, overrides) -> None:
+def records_show(config_file, force, record_id, overrides) -> None:
     """One record with its reports, as JSON."""
     from .errors import NotFoundError
     from .store import to_json
 
-    store, _ = _store(overrides, config_file)
+    store, _ = _store(overrides, config_file, force)
     row = store.get_record(record_id)
     if row is None:
         raise NotFoundError(f"no record with receipt {record_id!r}")
@@ -171,13 +185,14 @@ def records_show(config_file, record_id, overrides) -> None:
 @_config_file
 @click.option("-s", "--scenario", help="Scenario (default: server.default_scenario).")
 @click.option("-o", "--output", type=click.File("w"), default="-", help="File to write (default stdout).")
+@_force_store
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
 @_friendly
-def records_export(config_file, scenario, output, overrides) -> None:
+def records_export(config_file, scenario, output, force, overrides) -> None:
     """Every record of a scenario, with its reports, as JSON Lines."""
     from .store import to_json
 
-    store, settings = _store(overrides, config_file)
+    store, settings = _store(overrides, config_file, force)
     scenario = scenario or settings.server.default_scenario
     after = None
     while True:

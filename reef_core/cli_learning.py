@@ -1,10 +1,15 @@
 """``reef releases``, ``reef rollback`` and ``reef grow``.
 
-They work on the local state directory and database directly (the server need not run):
-the release chain's compare-and-swap and the consumption table make it safe to act while a
-server runs on the same state, and a running server follows releases published elsewhere
-within seconds (``reef_core.commit.serving.FOLLOW_INTERVAL_S``) and hot-swaps them in. Operating
-locally also means no token is needed: whoever can read the state directory is the admin.
+When a server runs on the state they send the command to it over HTTP, so the server's own
+configuration and learning loop do the work (``reef_core.cli_remote`` says how it is found:
+``--url``/``REEF_URL``, else the state directory's ``served-config.json``). Otherwise they
+work on the local state directory and database directly, with the configuration given, but
+only when it is the one the state was last served with (``--force`` overrides): a step run
+with another runtime or recipe would spend the feedback on nothing. The release chain's
+compare-and-swap and the consumption table keep local action safe even next to a server
+that could not be reached, which follows releases published elsewhere within seconds
+(``reef_core.commit.serving.FOLLOW_INTERVAL_S``). Locally no token is needed: whoever can
+read the state directory is the admin.
 """
 
 from __future__ import annotations
@@ -18,13 +23,62 @@ import click
 
 from .cli import _config_file, _friendly, load
 
+_url = click.option("--url", envvar="REEF_URL", show_envvar=True,
+                    help="The running server to send the command to (default: the one the state "
+                         "directory's served-config.json names, when it runs).")
+_token = click.option("--token", envvar="REEF_TOKEN", show_envvar=True,
+                      help="Bearer token for the server (default: an admin token of the config given).")
+_force = click.option("--force", is_flag=True,
+                      help="With no server running, act even though the config given differs from "
+                           "the one the state directory was last served with.")
 
-def _kernel(overrides: tuple[str, ...], config_file: str | None, *, learning: bool = False):
-    """A one-shot kernel (no follower, workers or schedule); with the learning loop for ``grow``."""
-    from .compose import build_reef
+
+def server_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--url``, ``--token`` and ``--force``: how a command finds the running server."""
+    return _url(_token(_force(fn)))
+
+
+def _target(overrides: tuple[str, ...], config_file: str | None, url: str | None, token: str | None):
+    """(settings, plugins, the running server or None)."""
+    from .cli_remote import find_server
 
     _cfg, settings, plugins = load(overrides, config_file)
+    return settings, plugins, find_server(settings, url=url, token=token)
+
+
+def _local(settings: Any, plugins: Any, *, force: bool, learning: bool = False):
+    """A one-shot kernel on the state directory (no follower, workers or schedule), refused
+    when ``settings`` differ from the served ones; with the learning loop for ``grow``."""
+    from .compose import build_reef
+    from .served_config import check_given
+
+    check_given(settings, force=force)
     return build_reef(settings, plugins, background=False, learning=learning)
+
+
+def _kernel(overrides: tuple[str, ...], config_file: str | None, *, learning: bool = False, force: bool = False):
+    """``_local`` from the command line's overrides and config file."""
+    _cfg, settings, plugins = load(overrides, config_file)
+    return _local(settings, plugins, force=force, learning=learning)
+
+
+def _via(server: Any, settings: Any, scenario: str) -> None:
+    """Say on stderr which server does the work (and, if the config given differs, that the
+    server's applies)."""
+    from .served_config import note_differences
+
+    click.echo(f"{scenario}: sent to the running server at {server.url}", err=True)
+    note = note_differences(server.served, settings) if server.served else None
+    if note:
+        click.echo(f"note: {note}", err=True)
+
+
+def _scenario(scenario: str | None, settings: Any, server: Any) -> str:
+    if scenario:
+        return scenario
+    if server is not None and server.served is not None:
+        return server.served.data.get("default_scenario") or settings.server.default_scenario
+    return settings.server.default_scenario
 
 
 def _run(reef: Any, work: Callable[[], Awaitable[Any]]) -> Any:
@@ -42,24 +96,31 @@ def _run(reef: Any, work: Callable[[], Awaitable[Any]]) -> Any:
 @_config_file
 @click.option("-s", "--scenario", help="Scenario (default: server.default_scenario).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@server_options
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
 @_friendly
-def releases(config_file: str | None, scenario: str | None, as_json: bool, overrides: tuple[str, ...]) -> None:
+def releases(config_file: str | None, scenario: str | None, as_json: bool, url: str | None, token: str | None,
+             force: bool, overrides: tuple[str, ...]) -> None:
     """The release chain of a scenario, newest first."""
     from rich.console import Console
     from rich.table import Table
 
     from .store import to_json
 
-    reef = _kernel(overrides, config_file)
-    try:
-        scenario = scenario or reef.settings.server.default_scenario
-        reef.releases.chain.reconcile()
-        rows = reef.store.list_releases(scenario)
-    finally:
-        reef.store.close()
+    settings, plugins, server = _target(overrides, config_file, url, token)
+    scenario = _scenario(scenario, settings, server)
+    if server is not None:
+        _via(server, settings, scenario)
+        rows = server.releases(scenario)
+    else:
+        reef = _local(settings, plugins, force=force)
+        try:
+            reef.releases.chain.reconcile()
+            rows = [to_json(r) for r in reef.store.list_releases(scenario)]
+        finally:
+            reef.store.close()
     if as_json:
-        click.echo(json.dumps([to_json(r) for r in rows], indent=2))
+        click.echo(json.dumps(rows, indent=2))
         return
     if not rows:
         click.echo(f"scenario {scenario!r} has no releases yet")
@@ -68,58 +129,88 @@ def releases(config_file: str | None, scenario: str | None, as_json: bool, overr
     for col in ("#", "release", "operation", "content", "created"):
         table.add_column(col, no_wrap=True)
     for i, r in enumerate(rows):
-        table.add_row(str(r.sequence) + (" (head)" if i == 0 else ""), r.release_id, r.operation,
-                      r.content_hash[:12], f"{r.created_at:%Y-%m-%d %H:%M}")
+        created = str(r["created_at"])[:16].replace("T", " ")  # ISO 8601: YYYY-MM-DD HH:MM
+        table.add_row(str(r["sequence"]) + (" (head)" if i == 0 else ""), r["release_id"], r["operation"],
+                      r["content_hash"][:12], created)
     Console(width=max(Console().width, 100)).print(table)
 
 
 @click.command("rollback", context_settings={"ignore_unknown_options": True})
 @_config_file
 @click.option("-s", "--scenario", help="Scenario (default: server.default_scenario).")
+@server_options
 @click.argument("release_id")
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
 @_friendly
-def rollback(config_file: str | None, scenario: str | None, release_id: str, overrides: tuple[str, ...]) -> None:
+def rollback(config_file: str | None, scenario: str | None, url: str | None, token: str | None, force: bool,
+             release_id: str, overrides: tuple[str, ...]) -> None:
     """Serve RELEASE_ID's content again, published as a new release (history is kept)."""
-    reef = _kernel(overrides, config_file)
-    scenario = scenario or reef.settings.server.default_scenario
-    row = _run(reef, lambda: reef.releases.rollback(scenario, release_id))
-    click.echo(f"published release {row.release_id} (#{row.sequence}) of {scenario!r}: "
-               f"rollback to {release_id}, content {row.content_hash[:12]}")
+    from .store import to_json
+
+    settings, plugins, server = _target(overrides, config_file, url, token)
+    scenario = _scenario(scenario, settings, server)
+    if server is not None:
+        _via(server, settings, scenario)
+        row = server.rollback(scenario, release_id)
+    else:
+        reef = _local(settings, plugins, force=force)
+        row = to_json(_run(reef, lambda: reef.releases.rollback(scenario, release_id)))
+    click.echo(f"published release {row['release_id']} (#{row['sequence']}) of {scenario!r}: "
+               f"rollback to {release_id}, content {row['content_hash'][:12]}")
 
 
 @click.command("grow", context_settings={"ignore_unknown_options": True})
 @_config_file
 @click.option("-s", "--scenario", help="Scenario (default: server.default_scenario).")
 @click.option("--json", "as_json", is_flag=True, help="Print the step's result as JSON.")
+@server_options
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
 @_friendly
-def grow(config_file: str | None, scenario: str | None, as_json: bool, overrides: tuple[str, ...]) -> None:
-    """Run one growth step now: propose from eligible experience, evaluate, publish a winner."""
+def grow(config_file: str | None, scenario: str | None, as_json: bool, url: str | None, token: str | None,
+         force: bool, overrides: tuple[str, ...]) -> None:
+    """Run one growth step now: propose from eligible experience, evaluate, publish a winner.
+
+    Exits 1 when the step ends in error or another step is running, 2 for configuration problems."""
+    settings, plugins, server = _target(overrides, config_file, url, token)
+    scenario = _scenario(scenario, settings, server)
+    if server is not None:
+        _via(server, settings, scenario)
+        result = server.grow(scenario)
+    else:
+        result = _grow_here(settings, plugins, scenario, force=force)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        line = f"{scenario}: {result['outcome']}"
+        if result.get("candidate_id"):
+            line += f" (candidate {result['candidate_id']})"
+        if result.get("release_id"):
+            line += f" → release {result['release_id']}"
+        click.echo(line + (f": {result['reason']}" if result.get("reason") else ""))
+    if result["outcome"] in ("error", "busy"):
+        raise SystemExit(1)
+
+
+def _grow_here(settings: Any, plugins: Any, scenario: str, *, force: bool) -> dict[str, Any]:
+    """One growth step in this process, on the state directory; refused (exit 2, nothing
+    consumed) when the runtime cannot answer as configured."""
     from rich.console import Console
 
+    from .errors import ConfigError
     from .grow import RichProgress
 
-    reef = _kernel(overrides, config_file, learning=True)
-    scenario = scenario or reef.settings.server.default_scenario
+    reef = _local(settings, plugins, force=force, learning=True)
+    problem = reef.runtime.config_problem()
+    if problem:
+        reef.close_unstarted()
+        raise ConfigError(f"runtime {reef.runtime_name!r} cannot answer, so nothing was grown or consumed: {problem}")
     console = Console(stderr=True)
 
     async def work():
         with RichProgress(console) as progress:
             return await reef.learning.grow(scenario, progress)
 
-    result = _run(reef, work)
-    if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2))
-    else:
-        line = f"{scenario}: {result.outcome}"
-        if result.candidate_id:
-            line += f" (candidate {result.candidate_id})"
-        if result.release_id:
-            line += f" → release {result.release_id}"
-        click.echo(line + (f": {result.reason}" if result.reason else ""))
-    if result.outcome in ("error", "busy"):
-        raise SystemExit(1)
+    return _run(reef, work).to_dict()
 
 
 def register_commands(main: click.Group) -> None:

@@ -83,10 +83,15 @@ def shown_value(key: str, value: Any, limit: int = 60) -> str:
 
 def type_name(annotation: Any) -> str:
     """``int``, ``float | None``, ``list[str]``: the annotation as a person writes it."""
+    if annotation is type(None):
+        return "None"
     if isinstance(annotation, type) and not typing.get_args(annotation):
         return annotation.__name__
-    if typing.get_origin(annotation) is typing.Annotated:
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
         return type_name(typing.get_args(annotation)[0])
+    if origin is typing.Union or isinstance(annotation, types.UnionType):
+        return " | ".join(type_name(arg) for arg in typing.get_args(annotation))
     return str(annotation).replace("typing.", "").replace("NoneType", "None").replace("pathlib.", "")
 
 

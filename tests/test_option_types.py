@@ -135,14 +135,14 @@ def test_constructor_value_error_names_the_group(third_party):
     (["recipe=feedback_rules", "evaluator=always", "recipe.batch_size=two"], "recipe.batch_size", "int"),
     (["recipe=feedback_rules", "evaluator=always", "recipe.max_score=high"], "recipe.max_score", "float | None"),
     (["evaluator=threshold", "evaluator.tasks=[]", "evaluator.delta=x"], "evaluator.delta", "float"),
-    (["evaluator=task_suite", "evaluator.tasks=[]", "evaluator.repeats=[1]"], "evaluator.repeats", "int"),
+    (["evaluator=task_suite", "evaluator.tasks=[]", "evaluator.repeats=[1]"], "evaluator.repeats", "int | Literal['auto']"),
     (["runtime.timeout_s=soon"], "runtime.timeout_s", "float"),
     (["+runtime.model_map.a=[1]"], "runtime.model_map", "dict[str, str] | None"),
     (["artifact_store.lfs_patterns=[1]"], "artifact_store.lfs_patterns", "list[str] | tuple[str, ...]"),
     (["+scenarios.s.evaluator=threshold", "+scenarios.s.evaluator_options={tasks: [], margin: 1}"],
      "scenarios.s.evaluator_options.margin", None),  # threshold takes delta, not margin
     (["+scenarios.s.evaluator=task_suite", "+scenarios.s.evaluator_options={tasks: [], margin: wide}"],
-     "scenarios.s.evaluator_options.margin", "int"),
+     "scenarios.s.evaluator_options.margin", "float"),
     (["evaluator=threshold", "evaluator.tasks=[]", "+scenarios.s.evaluator_options.delta=x"],
      "scenarios.s.evaluator_options.delta", "float"),
 ])

@@ -87,6 +87,11 @@ async def _step(reef: Reef, plan: ScenarioPlan, trigger: str, progress: Any, res
     if recipe.update_target == "none":
         result.reason = f"recipe {recipe_name!r} records only; it proposes no updates"
         return
+    problem = reef.runtime.config_problem()
+    if problem:  # before consuming: every episode would fail and the batch would be spent on nothing
+        result.outcome = "error"
+        result.reason = f"runtime {reef.runtime_name!r} cannot answer (nothing was consumed): {problem}"
+        return
     size = int(recipe.batch_size or 0)
     items = await asyncio.to_thread(eligible, store, scenario, list(plan.filters), want=size if size > 0 else None)
     result.eligible = len(items)

@@ -9,6 +9,7 @@ import anyio
 from fastapi import FastAPI
 
 from ..kernel import Reef
+from ..served_config import announce
 from .errors import install_error_handlers
 from .fastpath import InferenceFastPath
 from .limits import BodyLimitMiddleware
@@ -31,9 +32,13 @@ def create_app(reef: Reef) -> FastAPI:
             await reef.start()
         state.writer.start()
         state.started = True
+        # where the CLI finds this server and what it serves with (``runner`` sets listen_url)
+        served = announce(reef.settings, url=getattr(app.state, "listen_url", None))
         try:
             yield
         finally:
+            if served is not None:
+                served.stopped()
             state.started = False
             # uvicorn has let requests finish (or cancelled them after its grace period); give
             # cancelled ones a moment to queue their records, flush the writer off the loop,

@@ -13,6 +13,7 @@ from ..config import Settings
 from ..errors import ConfigError, ReefError
 from ..kernel import Reef
 from ..plugins import Plugins
+from ..served_config import connect_url
 
 log = logging.getLogger("reef")
 
@@ -56,8 +57,11 @@ def run_server(settings: Settings, plugins: Plugins) -> None:
         if problem:
             raise ConfigError(problem)
         host, warning = effective_host(settings)
+        app = create_app(reef)
+        # recorded in <state_dir>/served-config.json at start, where the CLI looks for a running server
+        app.state.listen_url = connect_url(host, settings.server.port)
         # connection-level bounds (slow clients, connection cap, header size, malformed framing): edge.py
-        config = uvicorn.Config(create_app(reef), host=host, port=settings.server.port,
+        config = uvicorn.Config(app, host=host, port=settings.server.port,
                                 log_level=settings.server.log_level, access_log=False, timeout_graceful_shutdown=30,
                                 **uvicorn_options(settings))
         _KernelFirstServer(config, reef, warning).run()

@@ -1,0 +1,127 @@
+"""How ``reef grow``, ``reef rollback`` and ``reef releases`` reach a running server.
+
+The server is, in this order: the one ``--url`` (or ``REEF_URL``) names; the one the state
+directory's ``served-config.json`` says runs, when its process is alive on this machine and
+its URL answers ``/healthz``; otherwise none, and the command acts on the state directory
+itself (``reef_core.served_config.check_given`` guards that). The token is ``--token`` (or
+``REEF_TOKEN``), else an admin token of the configuration given.
+
+Errors the server answers are printed with its own message. Exit codes: 2 when the caller
+must change how it calls (401, 403 and other 4xx: a wrong token, role or request), 1 for the
+rest (404 an unknown release or scenario, 409 a step already running, 5xx, a server that
+cannot be reached) — as the same failures exit when acting locally.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from .errors import ReefError
+from .served_config import ServedConfig
+
+#: how long finding a server may take: ``/healthz`` answers at once when it runs
+PROBE_TIMEOUT_S = 2.0
+
+
+class ServerError(ReefError):
+    """The server refused a command or could not be reached; ``exit_code`` by status."""
+
+    def __init__(self, message: str, *, status: int | None = None, body: Any = None):
+        super().__init__(message)
+        self.status = status
+        self.body = body
+        self.exit_code = 2 if status is not None and 400 <= status < 500 and status not in (404, 409) else 1
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        text = " ".join(response.text.split())[:300]
+        return text or f"HTTP {response.status_code}"
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and error.get("message"):
+        return str(error["message"])
+    if isinstance(body, dict) and body.get("detail"):
+        return str(body["detail"])
+    return f"HTTP {response.status_code}"
+
+
+class RemoteReef:
+    """A running Reef server, by URL, with the routes the CLI uses."""
+
+    def __init__(self, url: str, token: str | None, *, found_by: str, served: ServedConfig | None = None):
+        self.url = url.rstrip("/")
+        self.token = token
+        #: how the server was found (``--url``, ``served-config.json``), for messages
+        self.found_by = found_by
+        #: the state directory's record of it, when found through it
+        self.served = served
+
+    def _call(self, method: str, path: str, *, json: Any = None, read_timeout: float | None = 60,
+              ok_statuses: tuple[int, ...] = ()) -> tuple[int, Any]:
+        headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
+        try:
+            with httpx.Client(base_url=self.url, headers=headers,
+                              timeout=httpx.Timeout(10.0, read=read_timeout)) as client:
+                response = client.request(method, path, json=json)
+        except httpx.HTTPError as exc:
+            raise ServerError(f"cannot reach the Reef server at {self.url} (from {self.found_by}): "
+                              f"{type(exc).__name__}: {exc}") from None
+        if response.status_code >= 400 and response.status_code not in ok_statuses:
+            raise ServerError(f"the server at {self.url} answered {response.status_code}: {_message(response)}",
+                              status=response.status_code)
+        try:
+            return response.status_code, response.json()
+        except ValueError:
+            raise ServerError(f"the server at {self.url} answered {response.status_code} with a body that is "
+                              "not JSON; is it a Reef server?", status=None) from None
+
+    @staticmethod
+    def _scenario(scenario: str) -> str:
+        return quote(scenario, safe="")
+
+    def grow(self, scenario: str) -> dict[str, Any]:
+        """Run one growth step on the server (it answers when the step is done): the step's
+        result, ``outcome: busy`` when one is already running."""
+        status, body = self._call("POST", f"/reef/scenarios/{self._scenario(scenario)}/grow", read_timeout=None,
+                                  ok_statuses=(409,))
+        if status == 409 and not (isinstance(body, dict) and body.get("outcome") == "busy"):
+            raise ServerError(f"the server at {self.url} answered 409: {body.get('error', {}).get('message')}",
+                              status=409)
+        return body
+
+    def rollback(self, scenario: str, release_id: str) -> dict[str, Any]:
+        """The release the server published to serve ``release_id``'s content again."""
+        _, body = self._call("POST", f"/reef/scenarios/{self._scenario(scenario)}/rollback",
+                             json={"release_id": release_id})
+        return body["release"]
+
+    def releases(self, scenario: str) -> list[dict[str, Any]]:
+        """The scenario's release chain, newest first."""
+        _, body = self._call("GET", f"/reef/scenarios/{self._scenario(scenario)}/releases")
+        return body["releases"]
+
+
+def _answers(url: str) -> bool:
+    """Whether a Reef answers ``/healthz`` at ``url`` (200, or 503 naming a dead worker)."""
+    try:
+        response = httpx.get(f"{url.rstrip('/')}/healthz", timeout=PROBE_TIMEOUT_S)
+        return response.status_code in (200, 503) and "ok" in response.json()
+    except (httpx.HTTPError, ValueError, TypeError):
+        return False
+
+
+def find_server(settings: Any, *, url: str | None, token: str | None) -> RemoteReef | None:
+    """The running server the command goes to, or None to act on the state directory."""
+    if token is None:
+        token = next((t.token for t in settings.auth.tokens if t.role == "admin"), None)
+    if url:
+        return RemoteReef(url, token, found_by="--url / REEF_URL")
+    served = ServedConfig.read(settings.state_dir)
+    if served is None or not served.url or not served.server_alive() or not _answers(served.url):
+        return None
+    return RemoteReef(served.url, token, found_by=str(served.path), served=served)
