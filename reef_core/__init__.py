@@ -37,7 +37,16 @@ from .errors import (
 from .grow.context import RecipeContext
 from .hookspecs import hookimpl, hookspec
 from .observe import Batch, Experience, ExperienceRecord, FilterContext
-from .types import ActiveRelease, Candidate, Decision, Evaluation, InferenceCall, PublishedRelease, StoredReport
+from .types import (
+    ActiveRelease,
+    Candidate,
+    Decision,
+    Episode,
+    Evaluation,
+    InferenceCall,
+    PublishedRelease,
+    StoredReport,
+)
 
 __version__ = "0.1.0"
 
@@ -59,6 +68,7 @@ __all__ = [
     "Batch",
     "Candidate",
     "Decision",
+    "Episode",
     "EvalContext",
     "Evaluation",
     "Experience",
