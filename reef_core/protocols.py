@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, TypeVar
 
-from .contracts import CONTRACTS
+from .contracts import CONTRACTS, TrainableBase
 
 T = TypeVar("T")
 
@@ -56,6 +56,14 @@ HOOK_FOR_KIND = {
 }
 
 
+#: capabilities (small protocols) an object of a kind may offer: all of their methods, or none
+CAPABILITIES: dict[str, tuple[type, ...]] = {"runtime": (TrainableBase,)}
+
+
+def capability_methods(capability: type) -> tuple[str, ...]:
+    return tuple(sorted(n for n in vars(capability) if not n.startswith("_") and callable(vars(capability)[n])))
+
+
 def _implements(obj: object, method: str) -> bool:
     member = getattr(obj, method, None)
     return callable(member) and not getattr(member, "__isabstractmethod__", False)
@@ -72,6 +80,11 @@ def missing_members(kind: str, obj: object, *, attributes: bool = True) -> list[
     missing = [m for m in spec["methods"] if not _implements(obj, m)]
     if attributes:
         missing += [a for a in spec["attributes"] if not hasattr(obj, a)]
+    for capability in CAPABILITIES.get(kind, ()):  # half a capability is a mistake, not an option
+        methods = capability_methods(capability)
+        have = [m for m in methods if _implements(obj, m)]
+        if have and len(have) < len(methods):
+            missing += [f"{m} (of {capability.__name__})" for m in methods if m not in have]
     return missing
 
 

@@ -65,6 +65,31 @@ def test_an_abstract_method_left_unimplemented_is_missing():
     assert missing_members("recipe", Half, attributes=False) == ["propose"]
 
 
+def test_half_a_capability_is_missing_its_other_methods_at_registration():
+    class Serves(contracts.Runtime):
+        async def complete(self, call):
+            return {}
+
+        async def stream(self, call):
+            yield {}
+
+    class HalfTrainable(Serves):
+        def base_model(self):
+            raise NotImplementedError
+
+    class Trainable(HalfTrainable):
+        def trainable_problem(self):
+            return None
+
+        def adapter_of(self, release):
+            return None
+
+    assert missing_members("runtime", Serves, attributes=False) == []  # no capability: fine
+    assert missing_members("runtime", HalfTrainable, attributes=False) == [
+        "adapter_of (of TrainableBase)", "trainable_problem (of TrainableBase)"]
+    assert missing_members("runtime", Trainable, attributes=False) == []
+
+
 class DuckStore:
     """An artifact store that does not subclass the contract (its required members only)."""
 
