@@ -213,7 +213,91 @@ def _grow_here(settings: Any, plugins: Any, scenario: str, *, force: bool) -> di
     return _run(reef, work).to_dict()
 
 
+@click.group("candidates")
+def candidates() -> None:
+    """Candidates the learning loop proposed: their evaluation episodes and experience."""
+
+
+@candidates.command("show", context_settings={"ignore_unknown_options": True})
+@_config_file
+@click.option("-s", "--scenario", help="Refuse a candidate of another scenario (default: any).")
+@click.option("--json", "as_json", is_flag=True, help="Print the candidate and every episode in full, as JSON.")
+@click.argument("candidate_id")
+@click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
+@_friendly
+def candidates_show(config_file: str | None, scenario: str | None, as_json: bool, candidate_id: str,
+                    overrides: tuple[str, ...]) -> None:
+    """One candidate: its decision, where its experience is now, and its episodes by task
+    (candidate against current). Reads the record store; no server needed."""
+    from .errors import NotFoundError
+    from .store import to_json
+
+    _cfg, settings, _plugins = load(overrides, config_file)
+    store = settings.open_record_store()
+    try:
+        row = store.get_candidate(candidate_id)
+        if row is None or (scenario and row.scenario != scenario):
+            where = f" in scenario {scenario!r}" if scenario else ""
+            raise NotFoundError(f"no candidate {candidate_id!r}{where}; "
+                                "GET /reef/scenarios/{scenario}/candidates lists them")
+        data = {"candidate": to_json(row), "experience": store.experience_of(candidate_id),
+                "episodes": store.list_episodes(candidate_id)}
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    else:
+        print_candidate(data)
+
+
+def _clip(text: Any, width: int = 48) -> str:
+    one_line = " ".join(str(text or "").split())
+    return one_line if len(one_line) <= width else one_line[: width - 1] + "…"
+
+
+def _score(episode: dict[str, Any] | None) -> str:
+    if episode is None:
+        return "-"
+    if episode["score"] is None:
+        return "crashed"
+    return f"{episode['score']:g}"
+
+
+def print_candidate(data: dict[str, Any]) -> None:
+    """Print a candidate as ``GET /reef/scenarios/{s}/candidates/{id}`` shapes it: the
+    decision, the experience by state, and a table of episodes paired by task and repeat."""
+    from rich.console import Console
+    from rich.table import Table
+
+    row, episodes = data["candidate"], data["episodes"]
+    click.echo(f"candidate {row['id']} of {row['scenario']} ({row['recipe']}): {row['status']}"
+               + (f" — {row['reason']}" if row.get("reason") else ""))
+    metrics = (row.get("evaluation") or {}).get("metrics") or {}
+    shown = ", ".join(f"{k} {metrics[k]:g}" for k in ("wins", "losses", "ties", "margin", "candidate_mean",
+                                                     "current_mean") if isinstance(metrics.get(k), (int, float)))
+    if shown:
+        click.echo(f"evaluation: {shown}")
+    for kind, states in (data.get("experience") or {}).items():
+        if states:
+            click.echo(f"{kind}: " + ", ".join(f"{n} {state}" for state, n in sorted(states.items())))
+    if not episodes:
+        click.echo("no episodes stored (the evaluator kept none, or retention removed them)")
+        return
+    pairs: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+    for ep in episodes:
+        pairs.setdefault((ep["task_id"], ep["repeat"]), {})[ep["side"]] = ep
+    table = Table(title=f"{len(episodes)} episode(s) by task (--json for requests and full answers)")
+    for col in ("task", "#", "candidate", "current", "candidate answer", "current answer"):
+        table.add_column(col, no_wrap=col in ("#", "candidate", "current"))
+    for (task, repeat), sides in pairs.items():
+        cand, cur = sides.get("candidate"), sides.get("current")
+        table.add_row(task, str(repeat), _score(cand), _score(cur),
+                      _clip((cand or {}).get("answer") or (cand or {}).get("error")),
+                      _clip((cur or {}).get("answer") or (cur or {}).get("error")))
+    Console(width=max(Console().width, 120)).print(table)
+
+
 def register_commands(main: click.Group) -> None:
     """Add the learning commands to the ``reef`` group."""
-    for command in (releases, rollback, grow):
+    for command in (releases, rollback, grow, candidates):
         main.add_command(command)

@@ -76,9 +76,23 @@ class AuthSettings(_Strict):
     tokens: list[TokenSettings] = []
 
 
+class RetentionSettings(_Strict):
+    #: episodes of candidates created more than this many days ago are deleted (null: kept)
+    episodes_days: float | None = Field(30, gt=0)
+    #: reports older than this many days leave the pool and are removed (null: no age limit)
+    max_age_days: float | None = Field(None, gt=0)
+    #: per scenario, reports older than the newest this many leave the pool and are removed
+    max_reports: int | None = Field(None, ge=1)
+
+
 class LoopSettings(_Strict):
     enabled: bool = True
     schedule_s: float | None = Field(None, gt=0)
+    #: a report (or record) is attempted by at most this many candidates, then stays consumed
+    max_attempts: int = Field(3, ge=1)
+    #: rejected experience is eligible again after this many new reports (null: the recipe's batch_size)
+    retry_after_new: int | None = Field(None, ge=0)
+    retention: RetentionSettings = RetentionSettings()
 
 
 class RecordStoreSettings(_Strict):

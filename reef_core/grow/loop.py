@@ -3,10 +3,12 @@
 ``LearningLoop`` is an in-process plugin: ``reef_core.compose.build_reef`` builds it and
 registers it on the kernel (``reef.register``), which also sets ``reef.learning``. Its hooks:
 
-- ``startup``: settle candidates a previous process left undecided, then (unless the kernel is
-  one-shot) wake the scenarios with something to learn and start the schedule;
+- ``startup``: settle candidates a previous process left undecided (their experience returns
+  to the pool under the return rule), then (unless the kernel is one-shot) wake the scenarios
+  with something to learn, start the schedule and retention (now, then hourly);
 - ``report_stored``: a stored report wakes its scenario's worker;
-- ``shutdown``: stop the schedule and the workers.
+- ``release_published``: a new release wakes its scenario (returned experience may be back);
+- ``shutdown``: stop the schedule, retention and the workers.
 
 Serving releases is not the loop's business: it hands published candidates to the kernel's
 ``reef.releases`` (``reef_core.commit.serving``), which serves, follows and rolls back
@@ -16,11 +18,15 @@ without it.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import time
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from ..hookspecs import hookimpl
 from ..observe import eligible
+from ..observe.eligibility import pool_rule
 from .plan import ScenarioPlan, resolve_plan
 from .step import StepResult
 from .worker import ScenarioWorker
@@ -33,6 +39,11 @@ log = logging.getLogger("reef.loop")
 #: the scenario status counts eligible experience up to this many (a bound on its cost)
 STATUS_COUNT_CAP = 1000
 _INTERRUPTED = ("proposed", "evaluating", "selected")
+#: retention runs at start-up and then at most once per this many seconds
+RETENTION_EVERY_S = 3600.0
+#: seconds after start-up before retention's first run: the start itself stays quick
+RETENTION_START_DELAY_S = 10.0
+_RETENTION_FILE = "retention.json"
 
 
 class LearningLoop:
@@ -46,6 +57,10 @@ class LearningLoop:
         self._plans: dict[str, ScenarioPlan] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
+        #: what retention removed per scenario since this process started, and when it last ran
+        self._removed: dict[str, dict[str, int]] = {}
+        self._retention_last_run: str | None = None
+        self._retention_last_ts = 0.0
         for scenario in self.configured_scenarios():  # a configuration error stops the start here
             self.plan(scenario)
 
@@ -70,11 +85,17 @@ class LearningLoop:
 
     @hookimpl
     async def startup(self, reef: Reef) -> None:
-        """Settle interrupted candidates, then wake the scenarios with pending experience and
-        start the schedule (the kernel's releases are recovered and served before this runs)."""
+        """Settle interrupted candidates, start retention, then wake the scenarios with pending
+        experience and start the schedule (the kernel's releases are recovered and served
+        before this runs). Retention runs with the automatic triggers off too, never in a
+        one-shot kernel."""
         self._loop = asyncio.get_running_loop()
         await asyncio.to_thread(self._settle_interrupted)
-        if not self.background or not self.settings.loop.enabled:
+        if not self.background:
+            return
+        if self.retention_configured:
+            self._tasks.append(asyncio.create_task(self._retention_schedule(), name="reef-retention"))
+        if not self.settings.loop.enabled:
             return
         for scenario in await asyncio.to_thread(self._scenarios_to_check):
             self.poke(scenario)
@@ -94,9 +115,18 @@ class LearningLoop:
     @hookimpl
     def report_stored(self, report: Any) -> None:
         """A stored report wakes its scenario: may run in any thread, never blocks."""
+        self._poke_soon(report.scenario)
+
+    @hookimpl
+    def release_published(self, release: Any) -> None:
+        """A new release wakes its scenario: experience returned while the old one served is
+        back in the pool (the return rule's first condition)."""
+        self._poke_soon(release.scenario)
+
+    def _poke_soon(self, scenario: str) -> None:
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self.poke, report.scenario)
+            loop.call_soon_threadsafe(self.poke, scenario)
 
     # ------------------------------------------------------------------ triggers
 
@@ -132,20 +162,58 @@ class LearningLoop:
         worker = self.workers.get(scenario)
         pending = 0
         if plan.recipe.update_target != "none":
-            pending = len(eligible(self.store, scenario, list(plan.filters), want=STATUS_COUNT_CAP))
+            pending = len(eligible(self.store, scenario, list(plan.filters), want=STATUS_COUNT_CAP,
+                                   rule=pool_rule(self.settings.loop, plan.recipe.batch_size)))
+        removed = self._removed.get(scenario, {})
         return {
             **plan.describe(),
             "loop_enabled": self.settings.loop.enabled,
             "serving_release_id": serving.release_id if serving else None,
             "eligible": pending,
             **(worker.status() if worker else {"state": "idle", "steps": 0, "last_step": None}),
+            "retention": {"last_run": self._retention_last_run,
+                          **{f"removed_{k}": removed.get(k, 0) for k in ("reports", "records", "episodes")}},
         }
+
+    # ------------------------------------------------------------------ retention
+
+    @property
+    def retention_configured(self) -> bool:
+        r = self.settings.loop.retention
+        return any(v is not None for v in (r.episodes_days, r.max_age_days, r.max_reports))
+
+    def run_retention(self, now: datetime | None = None) -> dict[str, dict[str, int]]:
+        """Remove what ``loop.retention`` says may go, in every scenario; {scenario: {"reports",
+        "records", "episodes": removed}} of the scenarios that lost something (blocking)."""
+        r = self.settings.loop.retention
+        now = now or datetime.now(timezone.utc)
+        self._retention_last_run = now.isoformat()
+        self._remember_run(now)
+        removed: dict[str, dict[str, int]] = {}
+        if r.max_age_days is not None or r.max_reports is not None:
+            for scenario in self.store.retention_scenarios(max_age_days=r.max_age_days, max_reports=r.max_reports,
+                                                           now=now):
+                got = self.store.apply_retention(scenario, max_age_days=r.max_age_days,
+                                                 max_reports=r.max_reports, now=now)
+                if any(got.values()):
+                    removed[scenario] = {**got, "episodes": 0}
+        if r.episodes_days is not None:
+            for scenario, n in self.store.remove_episodes(now - timedelta(days=r.episodes_days)).items():
+                removed.setdefault(scenario, {"reports": 0, "records": 0, "episodes": 0})["episodes"] = n
+        for scenario, got in sorted(removed.items()):
+            total = self._removed.setdefault(scenario, {"reports": 0, "records": 0, "episodes": 0})
+            for key, n in got.items():
+                total[key] += n
+            log.info("retention: removed %d report(s), %d record(s) and %d episode(s) of scenario %s",
+                     got["reports"], got["records"], got["episodes"], scenario)
+        return removed
 
     # ------------------------------------------------------------------ internals
 
     def _settle_interrupted(self) -> None:
         """Candidates a previous process left undecided: published ones (recorded, but the
-        process died before marking them) are marked so, the others become errors."""
+        process died before marking them) are marked so, the others become errors and their
+        experience returns to the pool under the return rule."""
         stuck = self.store.candidates_with_status(_INTERRUPTED)
         published = self.store.releases_of_candidates(row.id for row in stuck)
         for row in stuck:
@@ -155,7 +223,8 @@ class LearningLoop:
             self.store.update_candidate(
                 row.id, status="error", decision=row.decision or "error",
                 reason="interrupted: the server stopped before this candidate was published; "
-                       "its experience stays consumed")
+                       "its experience returns to the pool under the return rule",
+                return_experience=self.settings.loop.max_attempts)
 
     def _scenarios_to_check(self) -> list[str]:
         """Scenarios a growth step may find experience in: the configured ones and those with
@@ -178,3 +247,31 @@ class LearningLoop:
                 due = sorted(set(self.configured_scenarios()) | set(self.workers))
             for scenario in due:
                 self.poke(scenario)
+
+    def _remember_run(self, now: datetime) -> None:
+        self._retention_last_ts = now.timestamp()
+        try:
+            (self.reef.state_dir / _RETENTION_FILE).write_text(json.dumps({"last_run": now.timestamp()}))
+        except OSError:  # only the once-an-hour bound across restarts depends on it
+            log.warning("could not record the retention run in %s", self.reef.state_dir, exc_info=True)
+
+    def _retention_wait(self) -> float:
+        """Seconds until retention is due: an hour after the last run, also one of an earlier process."""
+        last = self._retention_last_ts
+        try:
+            last = max(last, float(json.loads((self.reef.state_dir / _RETENTION_FILE).read_text())["last_run"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # never ran here, or the file is unreadable: due now (or after this process's last run)
+        return max(last + RETENTION_EVERY_S - time.time(), 0.0) if last else 0.0
+
+    async def _retention_schedule(self) -> None:
+        """Retention at start-up (unless it ran less than an hour ago), then hourly."""
+        await asyncio.sleep(RETENTION_START_DELAY_S)
+        while True:
+            await asyncio.sleep(self._retention_wait())
+            try:
+                await asyncio.to_thread(self.run_retention)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # keep the schedule; the next run retries
+                log.exception("retention failed; it runs again in an hour")

@@ -1,13 +1,16 @@
 """One growth step of one scenario: Observe → Grow → Commit.
 
-1. Observe: the eligible experience (unconsumed reports, the recipe's and config's filters).
+1. Observe: the eligible experience (the pool under the scenario's ``PoolRule``, the
+   recipe's and config's filters).
 2. Consume the batch under a fresh candidate id (all or nothing), so no record trains two
-   candidates — not in two workers, not across a restart.
-3. Grow: ``recipe.propose(batch, current_artifact, ctx)`` in a thread. If it raises, the
+   candidates at the same time — not in two workers, not across a restart.
+3. Grow: ``recipe.propose(batch, current, ctx)`` in a thread. If it raises, the
    consumption is released (the experience trained nothing); if it returns None the batch
    stays consumed (it taught nothing and must not re-trigger forever).
-4. Commit: the gate evaluates fail-closed; a selected candidate is published with the base
-   release as expected head (compare-and-swap) and activated in serving.
+4. Commit: the gate evaluates fail-closed; its verdict, the evaluation's episodes and — for a
+   rejected or errored candidate — the return of its experience to the pool are one
+   transaction. A selected candidate is published with the base release as expected head
+   (compare-and-swap) and activated in serving.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from ..commit.chain import stage_candidate
 from ..commit.gate import run_gate
 from ..errors import ConflictError, PublishConflict, ReefError
 from ..observe import Batch, eligible
+from ..observe.eligibility import pool_rule
 from ..store import CandidateRow, new_id
 from ..types import Candidate, Decision, Evaluation
 from .context import RecipeContext, eval_context
@@ -93,10 +97,12 @@ async def _step(reef: Reef, plan: ScenarioPlan, trigger: str, progress: Any, res
         result.reason = f"runtime {reef.runtime_name!r} cannot answer (nothing was consumed): {problem}"
         return
     size = int(recipe.batch_size or 0)
-    items = await asyncio.to_thread(eligible, store, scenario, list(plan.filters), want=size if size > 0 else None)
+    rule = pool_rule(reef.settings.loop, size)
+    items = await asyncio.to_thread(eligible, store, scenario, list(plan.filters), want=size if size > 0 else None,
+                                    rule=rule)
     result.eligible = len(items)
     if not items:
-        result.reason = "no eligible experience (unconsumed reports passing the filters)"
+        result.reason = "no eligible experience (reports in the pool passing the filters)"
         return
     if trigger != "manual" and (size <= 0 or len(items) < size):
         result.reason = f"{len(items)} eligible experience(s), batch size is {size}"
@@ -129,11 +135,18 @@ async def _step(reef: Reef, plan: ScenarioPlan, trigger: str, progress: Any, res
     except Exception as exc:  # whatever broke, the candidate says so and nothing is published
         reason = f"growth step failed: {type(exc).__name__}: {exc}"
         log.exception("%s: %s", scenario, reason)
-        if row.status in ("proposed", "evaluating"):
-            # not decided: the experience trained nothing that serves, so it may train again
+        if row.status == "evaluating":
+            # not decided: the experience trained nothing that serves; it returns to the pool
+            # under the return rule, and counts as an attempt, so a step that keeps failing
+            # here cannot retry it forever
+            row.status, row.reason, row.decision = "error", reason, "error"
+            await asyncio.to_thread(store.update_candidate, cid, status="error", reason=reason, decision="error",
+                                    return_experience=reef.settings.loop.max_attempts)
+            result.outcome, result.reason = "error", reason
+        elif row.status == "proposed":
+            # nothing was proposed yet: the experience trained nothing and may train again
             await asyncio.to_thread(store.release_consumption, cid)
-            await _finish(store, row, status="error", decision="error", reason=reason, result=result,
-                          stored=row.status == "evaluating")
+            await _finish(store, row, status="error", decision="error", reason=reason, result=result)
         else:
             result.outcome, result.reason = "error", reason
     finally:
@@ -188,9 +201,13 @@ async def _evaluate(reef: Reef, plan: ScenarioPlan, candidate: Candidate, head: 
         evaluation, decision = await asyncio.to_thread(run_gate, plan.evaluator, plan.evaluator_name, candidate,
                                                        current, ectx, plan.eval_timeout_s)
     result.evaluation = {**evaluation.to_dict(), "decision": decision.outcome, "reason": decision.reason}
-    row.status = {"select": "selected", "reject": "rejected", "error": "error"}[decision.outcome]
+    status = {"select": "selected", "reject": "rejected", "error": "error"}[decision.outcome]
+    # one transaction: the verdict, every episode, and (not selected) the experience's return
+    returned = None if decision.outcome == "select" else reef.settings.loop.max_attempts
     await asyncio.to_thread(reef.store.update_candidate, row.id, evaluation=evaluation.to_dict(),
-                            decision=decision.outcome, reason=decision.reason, status=row.status)
+                            decision=decision.outcome, reason=decision.reason, status=status,
+                            episodes=list(evaluation.episodes or ()), return_experience=returned)
+    row.status = status
     if reef.observed("candidate_evaluated"):  # copies: an observer cannot change what gets published
         reef.emit("candidate_evaluated", candidate=copy.deepcopy(candidate), evaluation=copy.deepcopy(evaluation),
                      decision=decision)
@@ -229,11 +246,8 @@ async def _publish(reef: Reef, candidate: Candidate, head: Any, evaluation: Eval
 
 
 async def _finish(store: Any, row: CandidateRow, *, status: str, reason: str, result: StepResult,
-                  decision: str | None = None, outcome: str = "error", stored: bool = False) -> None:
-    """Record a candidate that ends before (or instead of) a verdict."""
+                  decision: str | None = None, outcome: str = "error") -> None:
+    """Record a candidate that ends before a verdict (it was never stored)."""
     row.status, row.reason, row.decision = status, reason, decision
-    if stored:
-        await asyncio.to_thread(store.update_candidate, row.id, status=status, reason=reason, decision=decision)
-    else:
-        await asyncio.to_thread(store.add_candidate, row)
+    await asyncio.to_thread(store.add_candidate, row)
     result.outcome, result.reason = outcome, reason

@@ -1,9 +1,12 @@
-"""Which experience a scenario may learn from: unconsumed reports, their records, the filters.
+"""Which experience a scenario may learn from: the pool, its records, the filters.
 
-The pool is every report of the scenario that no candidate consumed yet and whose quoted
-records are unconsumed too, oldest first. The recipe's filters run first, then the filters
-the scenario config adds; each filter narrows (or enriches) the list. Filters are plugins
-(``register_record_filters``); their protocol is ``apply(items, ctx) -> items``.
+The pool is every report of the scenario that is in the pool and whose quoted records are in
+the pool too, oldest first: never consumed, or returned by a rejected (or errored, or
+interrupted) candidate and back under the return rule (``PoolRule``: the serving release
+moved on, or enough new reports arrived; at most ``loop.max_attempts`` attempts). The
+recipe's filters run first, then the filters the scenario config adds; each filter narrows
+(or enriches) the list. Filters are plugins (``register_record_filters``); their protocol is
+``apply(items, ctx) -> items``.
 """
 
 from __future__ import annotations
@@ -14,12 +17,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
+from ..store import PoolRule
 from .experience import Experience, ExperienceRecord
 
 log = logging.getLogger("reef.observe")
 
 #: unconsumed reports read per page while looking for eligible experience
 PAGE_SIZE = 500
+
+
+def pool_rule(loop: Any, batch_size: int | None) -> PoolRule:
+    """The pool rule of a scenario from the ``loop`` settings and its recipe's ``batch_size``
+    (``loop.retry_after_new`` defaults to it, at least 1)."""
+    retry = loop.retry_after_new if loop.retry_after_new is not None else max(int(batch_size or 0), 1)
+    return PoolRule(retry_after_new=retry, max_attempts=loop.max_attempts,
+                    max_age_days=loop.retention.max_age_days, max_reports=loop.retention.max_reports)
 
 
 @dataclass
@@ -68,24 +80,26 @@ def build_filters(specs: Iterable[FilterSpec], build: Callable[[str, str, dict[s
     return built
 
 
-def load_page(store: Any, scenario: str, *, after_seq: int | None = None,
-              limit: int | None = None) -> tuple[list[Experience], int | None]:
+def load_page(store: Any, scenario: str, *, after_seq: int | None = None, limit: int | None = None,
+              rule: PoolRule | None = None) -> tuple[list[Experience], int | None]:
     """One page of the pool: (experiences, cursor for the next page or None at the end).
 
-    The pool is every unconsumed report of ``scenario`` whose quoted records are all
-    unconsumed, oldest first.
+    The pool is every report of ``scenario`` in the pool under ``rule`` (default
+    ``PoolRule()``) whose quoted records are all in it too, oldest first. Three queries per
+    page, whatever its size: the reports, their records, and which records are out.
     """
     limit = limit or PAGE_SIZE
-    reports = store.list_reports(scenario, unconsumed_only=True, after_seq=after_seq, limit=limit)
+    rule = rule or PoolRule()
+    reports = store.list_reports(scenario, pool=rule, after_seq=after_seq, limit=limit)
     if not reports:
         return [], None
     ref_ids = list(dict.fromkeys(r for rep in reports for r in (rep.references or [])))
     records = store.get_records(ref_ids)
-    consumed = store.consumed(ref_ids)
+    out = store.outside_pool(scenario, ref_ids, rule)
     page: list[Experience] = []
     for rep in reports:
         refs = list(rep.references or [])
-        if any(r in consumed or r not in records for r in refs):
+        if any(r in out or r not in records for r in refs):
             continue
         page.append(Experience(
             report_id=rep.id, scenario=rep.scenario, score=rep.score, feedback=rep.feedback,
@@ -95,12 +109,12 @@ def load_page(store: Any, scenario: str, *, after_seq: int | None = None,
     return page, (reports[-1].seq if len(reports) == limit else None)
 
 
-def load_pool(store: Any, scenario: str) -> list[Experience]:
+def load_pool(store: Any, scenario: str, rule: PoolRule | None = None) -> list[Experience]:
     """The whole pool of ``scenario``, oldest first (every page)."""
     pool: list[Experience] = []
     cursor: int | None = None
     while True:
-        page, cursor = load_page(store, scenario, after_seq=cursor)
+        page, cursor = load_page(store, scenario, after_seq=cursor, rule=rule)
         pool += page
         if cursor is None:
             return pool
@@ -116,7 +130,7 @@ def filter_context(store: Any, scenario: str) -> FilterContext:
 
 
 def eligible(store: Any, scenario: str, filters: Sequence[tuple[str, Any]], *,
-             want: int | None = None) -> list[Experience]:
+             want: int | None = None, rule: PoolRule | None = None) -> list[Experience]:
     """The scenario's eligible experiences after every filter, oldest first.
 
     Pages through the pool and stops once ``want`` are found (None: reads it all), so reports
@@ -128,7 +142,7 @@ def eligible(store: Any, scenario: str, filters: Sequence[tuple[str, Any]], *,
     kept: list[Experience] = []
     cursor: int | None = None
     while True:
-        page, cursor = load_page(store, scenario, after_seq=cursor)
+        page, cursor = load_page(store, scenario, after_seq=cursor, rule=rule)
         if page:
             kept = _apply(filters, kept + page, ctx)
         if cursor is None or (want is not None and len(kept) >= want):

@@ -1,4 +1,4 @@
-"""Routes of the learning side: releases, candidates, rollback, grow, harness.
+"""Routes of the learning side: releases, candidates (with their episodes), rollback, grow, harness.
 
 Read routes take any valid token (limited to its scenarios); rollback and grow need
 ``admin``. The work is done by the kernel's ``LearningLoop`` (``reef_core.grow``); these
@@ -19,6 +19,7 @@ from ..errors import NotFoundError
 from ..store import to_json
 from .auth import Principal, check_scenario, require_role
 from .errors import ClientError
+from .routes_reef import _decode_cursor, _encode_cursor
 from .scenarios import header_scenario, path_scenario
 
 router = APIRouter(tags=["learning"])
@@ -27,7 +28,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "malformed request (a body that is not JSON, or nested too deeply)"},
     401: {"description": "missing or unknown token"},
     403: {"description": "token lacks the role or the scenario"},
-    404: {"description": "no such scenario, release or adapter"},
+    404: {"description": "no such scenario, release, candidate or adapter"},
     409: {"description": "conflict (stale head, a step already running)"},
     422: {"description": "a field has the wrong type or value"},
     507: {"description": "the server's disk is full; nothing was changed"},
@@ -100,6 +101,39 @@ async def list_candidates(scenario: str, request: Request,
     store = request.app.state.reef.store
     rows = await run_in_threadpool(lambda: store.list_candidates(scenario, status=status, limit=limit))
     return {"scenario": scenario, "candidates": [to_json(r) for r in rows]}
+
+
+@router.get("/reef/scenarios/{scenario}/candidates/{candidate_id}", responses=_ERRORS)
+async def get_candidate(scenario: str, candidate_id: str, request: Request,
+                        limit: int = Query(100, ge=1, le=1000, description="Episodes per page."),
+                        cursor: str | None = Query(None, description="next_cursor of the previous page."),
+                        principal: Principal = Depends(require_role())) -> dict[str, Any]:
+    """One candidate (as the list shows each), where the experience it consumed is now
+    (``experience``: reports and records by state), and a page of its evaluation episodes in
+    order — each with the request as sent, the answer, score, grader, latency and error;
+    ``next_cursor`` when more follow."""
+    _scenario(scenario, principal)
+    after = None
+    if cursor:
+        after, newest_first = _decode_cursor(cursor)
+        if newest_first:  # a records cursor: episodes are only read in evaluation order
+            raise ClientError("cursor: not a cursor this server issued (pass next_cursor back as is)",
+                              param="cursor")
+    store = request.app.state.reef.store
+
+    def read() -> dict[str, Any]:
+        row = store.get_candidate(candidate_id)
+        if row is None or row.scenario != scenario:
+            raise NotFoundError(f"no candidate {candidate_id!r} in scenario {scenario!r}")
+        episodes = store.list_episodes(candidate_id, after=after, limit=limit + 1)
+        more = len(episodes) > limit
+        episodes = episodes[:limit]
+        return {"scenario": scenario, "candidate": to_json(row), "experience": store.experience_of(candidate_id),
+                "episodes_stored": store.episode_counts([candidate_id]).get(candidate_id, 0),
+                "episodes": episodes,
+                "next_cursor": _encode_cursor(episodes[-1]["position"], False) if more else None}
+
+    return await run_in_threadpool(read)
 
 
 @router.post("/reef/scenarios/{scenario}/rollback", responses=_ERRORS)

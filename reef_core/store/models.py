@@ -10,7 +10,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, Column, Index, Text, UniqueConstraint
+from sqlalchemy import JSON, Column, Index, LargeBinary, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 
@@ -20,6 +20,12 @@ def utcnow() -> datetime:
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
+
+
+def storable(text: str) -> bool:
+    """Whether ``text`` can be an id in the store: PostgreSQL's text type cannot hold NUL, so
+    such an id was never stored, and asking the database for it would be an error, not a miss."""
+    return isinstance(text, str) and "\x00" not in text
 
 
 def _json(**kw: Any) -> Any:
@@ -92,7 +98,14 @@ class ReportReference(SQLModel, table=True):
 
 
 class Consumption(SQLModel, table=True):
-    """A record or report a candidate was built from. The primary key makes consumption unique."""
+    """A record or report a candidate was built from. The primary key makes consumption unique:
+    one row per item, naming the candidate that holds it now (or held it last).
+
+    ``state`` says what became of it: ``held`` (a candidate holds it: running, published,
+    skipped, conflict), ``returned`` (the candidate was rejected or errored; the item is back
+    in the pool once the return rule allows, see ``reef_core.observe.eligibility``) or
+    ``spent`` (attempted ``loop.max_attempts`` times; consumed for good).
+    """
 
     __tablename__ = "consumption"
 
@@ -101,6 +114,13 @@ class Consumption(SQLModel, table=True):
     candidate_id: str = Field(index=True, max_length=64)
     scenario: str = Field(max_length=200)
     created_at: datetime = Field(default_factory=utcnow)
+    state: str = Field(default="held", max_length=16)  # held | returned | spent
+    #: how many candidates consumed the item so far
+    attempts: int = 1
+    #: when returned: the release the returning candidate was built on (the rule's condition a)
+    base_release_id: str | None = Field(default=None, max_length=100)
+    #: when returned: the scenario's newest report seq at that moment (the rule's condition b)
+    returned_after_seq: int | None = None
 
 
 class CandidateRow(SQLModel, table=True):
@@ -124,6 +144,31 @@ class CandidateRow(SQLModel, table=True):
     release_id: str | None = Field(default=None, max_length=100)
     created_at: datetime = Field(default_factory=utcnow)
     decided_at: datetime | None = None
+
+
+class EpisodeRow(SQLModel, table=True):
+    """One evaluation episode of a candidate (``reef_core.types.Episode``), stored compactly.
+
+    ``request`` is the body as sent, as zlib-compressed JSON; the request of the first episode
+    of the same side (``request_base``, a position) is the compression dictionary, so the
+    harness text every episode of a side repeats is stored about once per candidate and side
+    (``reef_core.store.episodes``).
+    """
+
+    __tablename__ = "episodes"
+
+    candidate_id: str = Field(primary_key=True, max_length=64)
+    position: int = Field(primary_key=True)
+    task_id: str = Field(sa_column=Column(Text, nullable=False))
+    side: str = Field(sa_column=Column(Text, nullable=False))  # candidate | current
+    repeat: int = 0
+    score: float | None = None
+    grader: str = Field(sa_column=Column(Text, nullable=False))
+    latency_ms: float | None = None
+    error: str | None = Field(default=None, sa_column=Column(Text))
+    answer: str | None = Field(default=None, sa_column=Column(Text))
+    request: bytes | None = Field(default=None, sa_column=Column(LargeBinary))
+    request_base: int | None = None
 
 
 class Release(SQLModel, table=True):

@@ -1,4 +1,4 @@
-"""The record store: records, reports, consumption, candidates and releases.
+"""The record store: records, reports, consumption, candidates, episodes and releases.
 
 Every method is one transaction. Writes are durable when the method returns (SQLite WAL
 with ``synchronous=FULL``; PostgreSQL commit). Methods are synchronous; the server calls
@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, exists, func, insert, union
@@ -18,17 +18,14 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from ..errors import ConflictError, NotFoundError
+from .consumption import ConsumptionStore, PoolRule, back_in_pool, newest_seq
 from .engine import make_engines, normalize_url
-from .models import CandidateRow, Consumption, Record, Release, Report, ReportReference, utcnow
+from .episodes import EpisodeStore
+from .models import CandidateRow, Consumption, Record, Release, Report, ReportReference, storable, utcnow
+from .retention import RetentionStore
 
 _RECORD_COLUMNS = tuple(c.name for c in Record.__table__.columns if c.name != "seq")
 _INSERT_RECORD = insert(Record.__table__)
-
-
-def _storable(text: str) -> bool:
-    """Whether ``text`` can be an id in the store: PostgreSQL's text type cannot hold NUL, so
-    such an id was never stored, and asking the database for it would be an error, not a miss."""
-    return isinstance(text, str) and "\x00" not in text
 
 
 class ScenarioMismatch(ConflictError):
@@ -40,7 +37,7 @@ class ScenarioMismatch(ConflictError):
         self.record_scenario = record_scenario
 
 
-class RecordStore:
+class RecordStore(ConsumptionStore, EpisodeStore, RetentionStore):
     """Typed access to Reef's tables. Safe to share between threads."""
 
     def __init__(self, url: str, *, migrate: bool = True, synchronous: str = "full"):
@@ -86,13 +83,13 @@ class RecordStore:
         return record
 
     def get_record(self, record_id: str) -> Record | None:
-        if not _storable(record_id):
+        if not storable(record_id):
             return None
         with self._read() as s:
             return s.exec(select(Record).where(Record.id == record_id)).first()
 
     def get_records(self, ids: Iterable[str]) -> dict[str, Record]:
-        ids = [i for i in ids if _storable(i)]
+        ids = [i for i in ids if storable(i)]
         if not ids:
             return {}
         with self._read() as s:
@@ -114,7 +111,7 @@ class RecordStore:
         newest_first: bool = False,
     ) -> list[Record]:
         """Records of ``scenario`` matching the filters, ordered by storage sequence."""
-        if not all(_storable(v) for v in (scenario, kind, session) if v is not None):
+        if not all(storable(v) for v in (scenario, kind, session) if v is not None):
             return []  # nothing stored can match a NUL (and PostgreSQL refuses to compare it)
         q = select(Record).where(Record.scenario == scenario)
         if kind:
@@ -144,14 +141,16 @@ class RecordStore:
             return sorted(conn.execute(q).scalars())
 
     def scenarios_with_pending_reports(self) -> list[str]:
-        """Scenarios holding a report no candidate consumed yet (the only ones a growth step can
-        find experience in), sorted; one query."""
-        pending = ~exists().where(Consumption.item_id == Report.id)
+        """Scenarios holding a report no candidate consumed yet or one a candidate returned (the
+        only ones a growth step can find experience in), sorted; one query."""
+        pending = ~exists().where(Consumption.item_id == Report.id, Consumption.state != "returned")
         with self._read() as s:
             return sorted(s.exec(select(Report.scenario).where(pending).distinct()).all())
 
     def counts(self, scenario: str) -> dict[str, Any]:
-        """Record counts by status, report count and consumption for one scenario."""
+        """Record counts by status, report count and consumption for one scenario: consumed
+        items are held or spent; returned reports wait for the return rule; exhausted reports
+        were attempted ``loop.max_attempts`` times and stay consumed."""
         with self._read() as s:
             by_status = dict(
                 s.exec(
@@ -159,19 +158,20 @@ class RecordStore:
                 ).all()
             )
             reports = s.exec(select(func.count()).select_from(Report).where(Report.scenario == scenario)).one()
-            consumed = dict(
-                s.exec(
-                    select(Consumption.item_kind, func.count())
-                    .where(Consumption.scenario == scenario)
-                    .group_by(Consumption.item_kind)
-                ).all()
-            )
+            states = s.exec(
+                select(Consumption.item_kind, Consumption.state, func.count())
+                .where(Consumption.scenario == scenario)
+                .group_by(Consumption.item_kind, Consumption.state)
+            ).all()
+        consumed = {(kind, state): n for kind, state, n in states}
         return {
             "records": sum(by_status.values()),
             "records_by_status": by_status,
             "reports": reports,
-            "consumed_records": consumed.get("record", 0),
-            "consumed_reports": consumed.get("report", 0),
+            "consumed_records": consumed.get(("record", "held"), 0) + consumed.get(("record", "spent"), 0),
+            "consumed_reports": consumed.get(("report", "held"), 0) + consumed.get(("report", "spent"), 0),
+            "returned_reports": consumed.get(("report", "returned"), 0),
+            "exhausted_reports": consumed.get(("report", "spent"), 0),
         }
 
     # ------------------------------------------------------------------ reports
@@ -226,7 +226,7 @@ class RecordStore:
         return existing
 
     def get_report(self, report_id: str) -> Report | None:
-        if not _storable(report_id):
+        if not storable(report_id):
             return None
         with self._read() as s:
             return s.exec(select(Report).where(Report.id == report_id)).first()
@@ -249,58 +249,26 @@ class RecordStore:
         return out
 
     def list_reports(self, scenario: str, *, after_seq: int | None = None, limit: int | None = None,
-                     unconsumed_only: bool = False) -> list[Report]:
+                     unconsumed_only: bool = False, pool: PoolRule | None = None) -> list[Report]:
+        """Reports of ``scenario`` by seq: all, those no candidate consumed (``unconsumed_only``),
+        or those in the pool under ``pool`` (never consumed, or returned and back by the rule,
+        and within the retention horizon)."""
         q = select(Report).where(Report.scenario == scenario)
         if after_seq is not None:
             q = q.where(Report.seq > after_seq)
         if unconsumed_only:
             q = q.where(~Report.id.in_(select(Consumption.item_id)))
+        if pool is not None:
+            q = q.where(~exists().where(Consumption.item_id == Report.id, ~back_in_pool(scenario, pool)))
+            if pool.max_age_days is not None:
+                q = q.where(Report.created_at >= utcnow() - timedelta(days=pool.max_age_days))
+            if pool.max_reports is not None:
+                q = q.where(Report.seq >= func.coalesce(newest_seq(scenario, pool.max_reports), 0))
         q = q.order_by(Report.seq)
         if limit is not None:
             q = q.limit(limit)
         with self._read() as s:
             return list(s.exec(q).all())
-
-    # ------------------------------------------------------------------ consumption
-
-    def consume(self, candidate_id: str, scenario: str, *, record_ids: Sequence[str] = (),
-                report_ids: Sequence[str] = ()) -> None:
-        """Mark records and reports as used by ``candidate_id``, all or nothing.
-
-        ConflictError when any of them was already consumed (by any candidate): nothing is
-        marked, so no record ever trains two candidates.
-        """
-        rows = [Consumption(item_id=i, item_kind="record", candidate_id=candidate_id, scenario=scenario)
-                for i in dict.fromkeys(record_ids)]
-        rows += [Consumption(item_id=i, item_kind="report", candidate_id=candidate_id, scenario=scenario)
-                 for i in dict.fromkeys(report_ids)]
-        if not rows:
-            return
-        try:
-            with self._write() as s:
-                s.add_all(rows)
-                s.commit()
-        except IntegrityError:
-            taken = self.consumed([r.item_id for r in rows])
-            raise ConflictError(
-                f"already consumed by another candidate: {', '.join(sorted(taken)) or 'unknown'}"
-            ) from None
-
-    def consumed(self, item_ids: Iterable[str]) -> set[str]:
-        ids = list(item_ids)
-        if not ids:
-            return set()
-        with self._read() as s:
-            return set(s.exec(select(Consumption.item_id).where(Consumption.item_id.in_(ids))).all())
-
-    def release_consumption(self, candidate_id: str) -> int:
-        """Forget what ``candidate_id`` consumed (its proposal failed before evaluation)."""
-        with self._write() as s:
-            rows = s.exec(select(Consumption).where(Consumption.candidate_id == candidate_id)).all()
-            for r in rows:
-                s.delete(r)
-            s.commit()
-        return len(rows)
 
     # ------------------------------------------------------------------ candidates
 
@@ -310,7 +278,11 @@ class RecordStore:
             s.commit()
         return row
 
-    def update_candidate(self, candidate_id: str, **fields: Any) -> CandidateRow:
+    def update_candidate(self, candidate_id: str, *, episodes: Sequence[Any] = (),
+                         return_experience: int | None = None, **fields: Any) -> CandidateRow:
+        """Set ``fields`` of a candidate; in the same transaction store its evaluation
+        ``episodes`` (``reef_core.types.Episode``) and, with ``return_experience`` (the
+        ``loop.max_attempts`` in force), return the experience it holds to the pool."""
         with self._write() as s:
             row = s.exec(select(CandidateRow).where(CandidateRow.id == candidate_id)).first()
             if row is None:
@@ -320,10 +292,19 @@ class RecordStore:
             if "decision" in fields and row.decided_at is None:
                 row.decided_at = utcnow()
             s.add(row)
+            if episodes or return_experience is not None:
+                s.flush()
+                conn = s.connection()
+                if episodes:
+                    self.add_episodes(candidate_id, episodes, conn=conn)
+                if return_experience is not None:
+                    self._return_experience(conn, row, return_experience)
             s.commit()
             return row
 
     def get_candidate(self, candidate_id: str) -> CandidateRow | None:
+        if not storable(candidate_id):
+            return None
         with self._read() as s:
             return s.exec(select(CandidateRow).where(CandidateRow.id == candidate_id)).first()
 
@@ -404,20 +385,3 @@ class RecordStore:
         order = Release.sequence.desc() if newest_first else Release.sequence
         with self._read() as s:
             return list(s.exec(select(Release).where(Release.scenario == scenario).order_by(order)).all())
-
-    # ------------------------------------------------------------------ learning-side reads
-
-    def consumed_content_hashes(self, scenario: str, hashes: Iterable[str]) -> set[str]:
-        """Which of ``hashes`` belong to records of ``scenario`` that a candidate already consumed
-        (the ``dedup`` filter's memory across growth steps)."""
-        hashes = [h for h in dict.fromkeys(hashes) if h]
-        if not hashes:
-            return set()
-        with self._read() as s:
-            rows = s.exec(
-                select(Record.content_hash)
-                .join(Consumption, Consumption.item_id == Record.id)
-                .where(Record.scenario == scenario, Record.content_hash.in_(hashes))
-                .distinct()
-            ).all()
-        return set(rows)

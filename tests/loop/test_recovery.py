@@ -204,7 +204,9 @@ def test_interrupted_candidates_are_settled_on_start(tmp_path):
     assert step.outcome == "nothing"
     row = reef.store.get_candidate(cid)
     assert row.status == "error" and "interrupted" in row.reason
-    assert reef.store.consumed([rec, rpt]) == {rec, rpt}
+    # its experience returned to the pool, eligible again only under the return rule
+    assert reef.store.consumption_states([rec, rpt]) == {rec: ("returned", 1), rpt: ("returned", 1)}
+    assert reef.store.consumed([rec, rpt]) == set()
 
 
 class BrokenHarnessRecipe(FailingRecipe):
