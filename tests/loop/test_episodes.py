@@ -184,3 +184,33 @@ def test_reef_candidates_show(tmp_path):
 
     missing = show(cid, "-s", "other")
     assert missing.exit_code == 1 and f"no candidate {cid!r} in scenario 'other'" in missing.output
+
+
+def test_task_suite_episodes_are_stored_with_the_verdict(tmp_path):
+    from reef_core.testing import FakeUpstream
+
+    from .conftest import GOOD_FEEDBACK, ask, capital_model, report
+
+    with FakeUpstream("openai", capital_model) as up:
+        settings = settings_for(tmp_path, up, feedback_rules_config(batch_size=1, loop_enabled=False))
+        with ReefServer(tmp_path, settings=settings) as server:
+            client = server.client()
+            for feedback in (GOOD_FEEDBACK, "Answer in a friendly tone"):
+                r = ask(client, "What is the capital of Italy?")
+                report(client, [r.headers["x-reef-agent-record-id"]], score=0.0, feedback=feedback)
+                step = _grow(client)
+                detail = client.get(f"/reef/scenarios/default/candidates/{step['candidate_id']}",
+                                    params={"limit": 1000}).json()
+                evaluation, episodes = detail["candidate"]["evaluation"], detail["episodes"]
+                assert detail["episodes_stored"] == len(episodes) == 2 * len(evaluation["candidate_scores"]) > 0
+                for side in ("candidate", "current"):
+                    assert [e["score"] for e in episodes if e["side"] == side] == evaluation[f"{side}_scores"]
+                cand = next(e for e in episodes if e["side"] == "candidate")
+                assert cand["request"]["messages"][-1]["content"] == "What is the capital of France?"
+                if step["outcome"] == "published":
+                    assert GOOD_FEEDBACK in cand["request"]["messages"][0]["content"]
+                    assert cand["answer"] == "The capital is Paris."
+                    assert detail["experience"]["reports"] == {"held": 1}
+                else:
+                    assert step["outcome"] == "rejected"
+                    assert detail["experience"]["reports"] == {"returned": 1}
