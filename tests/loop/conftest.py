@@ -3,6 +3,7 @@ prompt, config files, a way to wait for background work, and test-only plugins."
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -116,3 +117,16 @@ def wait_published(client: Any, count: int, scenario: str = "default") -> list[d
         return releases if last.get("release_id") == releases[0]["release_id"] else None
 
     return wait_for(done, f"release {count} of {scenario}")
+
+
+def grow_steps(reef: Any, times: int = 1, scenario: str = "default") -> list:
+    """Start a one-shot kernel (``build_reef(..., background=False)``), run ``times`` growth
+    steps of ``scenario`` one after another, stop it; the steps' results."""
+    async def run():
+        await reef.start()
+        try:
+            return [await reef.learning.grow(scenario) for _ in range(times)]
+        finally:
+            await reef.stop()
+
+    return asyncio.run(run())

@@ -4,8 +4,6 @@ consumed; no record ever trains two candidates at the same time. On SQLite and P
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from reef_core.compose import build_reef
@@ -15,7 +13,7 @@ from reef_core.plugins import get_plugins
 from reef_core.store import CandidateRow, PoolRule, Record, RecordStore, Release, Report, new_id
 from reef_core.types import Candidate, Decision, Evaluation
 
-from .conftest import add_plugin, feedback_rules_config, settings_for
+from .conftest import add_plugin, feedback_rules_config, grow_steps, settings_for
 
 
 class Down:
@@ -187,21 +185,10 @@ def _kernel(tmp_path, store_url: str, **loop: object):
     return build_reef(settings_for(tmp_path, Down, config), get_plugins(), background=False)
 
 
-def _grow(reef, times: int) -> list:
-    async def run():
-        await reef.start()
-        try:
-            return [await reef.learning.grow("default") for _ in range(times)]
-        finally:
-            await reef.stop()
-
-    return asyncio.run(run())
-
-
 def test_a_candidate_that_always_loses_stops_after_max_attempts(tmp_path, store_url):
     reef = _kernel(tmp_path, store_url, retry_after_new=0, max_attempts=3)
     rec, rpt = _seed(reef.store, scenario="default")
-    steps = _grow(reef, 5)
+    steps = grow_steps(reef, 5)
     assert [s.outcome for s in steps] == ["rejected", "rejected", "rejected", "nothing", "nothing"]
     assert "no eligible experience" in steps[-1].reason
     recipe = reef.learning.plan("default").recipe
@@ -214,12 +201,12 @@ def test_growth_retries_rejected_experience_once_new_reports_arrived(tmp_path, s
     """The default rule: retry_after_new is the recipe's batch_size (1 here)."""
     reef = _kernel(tmp_path, store_url)
     _, first = _seed(reef.store, "first", scenario="default")
-    rejected, nothing = _grow(reef, 2)
+    rejected, nothing = grow_steps(reef, 2)
     assert rejected.outcome == "rejected" and nothing.outcome == "nothing"
 
     _, second = _seed(reef.store, "second", scenario="default")
     reef = _kernel(tmp_path, store_url)
-    steps = _grow(reef, 3)
+    steps = grow_steps(reef, 3)
     assert [s.outcome for s in steps] == ["rejected", "rejected", "nothing"]
     # the returned report first (it is older), then the new one; neither comes back without news
     assert reef.learning.plan("default").recipe.batches == [[first], [second]]
@@ -232,14 +219,14 @@ def test_interrupted_candidates_return_their_experience(tmp_path, store_url):
     cid = new_id("cand")
     reef.store.consume(cid, "default", record_ids=[rec], report_ids=[rpt])
     reef.store.add_candidate(CandidateRow(id=cid, scenario="default", recipe="new_rule", status="evaluating"))
-    [step] = _grow(reef, 1)
+    [step] = grow_steps(reef, 1)
     assert step.outcome == "nothing"  # not before the rule allows
     assert reef.store.get_candidate(cid).status == "error"
     assert reef.store.consumption_states([rpt]) == {rpt: ("returned", 1)}
 
     _seed(reef.store, "news", scenario="default")
     reef = _kernel(tmp_path, store_url)
-    [again] = _grow(reef, 1)
+    [again] = grow_steps(reef, 1)
     assert again.outcome == "rejected"
     assert reef.learning.plan("default").recipe.batches == [[rpt]]
 

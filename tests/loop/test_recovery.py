@@ -19,6 +19,7 @@ from .conftest import (
     add_plugin,
     ask,
     feedback_rules_config,
+    grow_steps,
     report,
     settings_for,
     wait_for,
@@ -119,21 +120,10 @@ def _kernel(tmp_path, batch_size: int = 1, recipe: dict | None = None) -> Reef:
     return build_reef(settings_for(tmp_path, Down, config), get_plugins(), background=False)
 
 
-def _grow(reef: Reef, times: int = 1) -> list:
-    async def run():
-        await reef.start()
-        try:
-            return [await reef.learning.grow("default") for _ in range(times)]
-        finally:
-            await reef.stop()
-
-    return asyncio.run(run())
-
-
 def test_a_record_is_never_consumed_twice_across_restarts(tmp_path):
     reef = _kernel(tmp_path)
     rec, first_report = _seed(reef.store, "Always cite the source")
-    [step] = _grow(reef)
+    [step] = grow_steps(reef)
     assert step.outcome == "published"
 
     # another report quoting the consumed record is not eligible, before or after a restart
@@ -141,13 +131,13 @@ def test_a_record_is_never_consumed_twice_across_restarts(tmp_path):
                      body_hash="x")
     reef2 = _kernel(tmp_path)
     reef2.store.add_report(quoting)
-    [again] = _grow(reef2)
+    [again] = grow_steps(reef2)
     assert again.outcome == "nothing" and "no eligible experience" in again.reason
     assert reef2.store.consumed([rec, first_report, quoting.id]) == {rec, first_report}
 
     fresh_rec, fresh_report = _seed(reef2.store, "Be brief")
     reef3 = _kernel(tmp_path)
-    [third] = _grow(reef3)
+    [third] = grow_steps(reef3)
     assert third.outcome == "published"
     consumers = {c.candidate_id for c in _consumption(reef3.store)}
     assert len(consumers) == 2
@@ -177,7 +167,7 @@ def test_a_failed_proposal_releases_its_batch(tmp_path):
     add_plugin("recipe", "failing", FailingRecipe)
     reef = _kernel(tmp_path, recipe={"name": "failing"})
     rec, rpt = _seed(reef.store, "Be brief")
-    [step] = _grow(reef)
+    [step] = grow_steps(reef)
     assert step.outcome == "error" and "ValueError: no idea what to learn" in step.reason
     assert reef.store.consumed([rec, rpt]) == set()
     [candidate] = reef.store.list_candidates("default")
@@ -187,7 +177,7 @@ def test_a_failed_proposal_releases_its_batch(tmp_path):
 def test_feedback_without_text_is_consumed_without_a_candidate(tmp_path):
     reef = _kernel(tmp_path)
     rec, rpt = _seed(reef.store, "")
-    [step, after] = _grow(reef, times=2)
+    [step, after] = grow_steps(reef, times=2)
     assert step.outcome == "skipped"
     assert after.outcome == "nothing"
     assert reef.store.consumed([rec, rpt]) == {rec, rpt}
@@ -200,7 +190,7 @@ def test_interrupted_candidates_are_settled_on_start(tmp_path):
     cid = new_id("cand")
     reef.store.consume(cid, "default", record_ids=[rec], report_ids=[rpt])
     reef.store.add_candidate(CandidateRow(id=cid, scenario="default", recipe="feedback_rules", status="evaluating"))
-    [step] = _grow(reef)
+    [step] = grow_steps(reef)
     assert step.outcome == "nothing"
     row = reef.store.get_candidate(cid)
     assert row.status == "error" and "interrupted" in row.reason
@@ -223,7 +213,7 @@ def test_an_unservable_artifact_is_the_recipes_failure(tmp_path):
     add_plugin("recipe", "broken", BrokenHarnessRecipe)
     reef = _kernel(tmp_path, recipe={"name": "broken"})
     rec, rpt = _seed(reef.store, "Be brief")
-    [step] = _grow(reef)
+    [step] = grow_steps(reef)
     assert step.outcome == "error" and "config.json is not valid JSON" in step.reason
     assert "failed: ArtifactError" in step.reason
     assert reef.store.consumed([rec, rpt]) == set()
@@ -314,9 +304,9 @@ def test_a_recorded_release_marks_its_candidate_published_on_start(tmp_path):
     """A crash between the release row and the candidate update leaves a 'selected' candidate."""
     reef = _kernel(tmp_path)
     _seed(reef.store, "Be brief")
-    [step] = _grow(reef)
+    [step] = grow_steps(reef)
     reef.store.update_candidate(step.candidate_id, status="selected", release_id=None)
     reef2 = _kernel(tmp_path)
-    _grow(reef2)
+    grow_steps(reef2)
     row = reef2.store.get_candidate(step.candidate_id)
     assert row.status == "published" and row.release_id == step.release_id
