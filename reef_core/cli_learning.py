@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from .cli import _config_file, _friendly, load
+from .cli import _config_file, _force_store, _friendly, _store, load
 
 _url = click.option("--url", envvar="REEF_URL", show_envvar=True,
                     help="The running server to send the command to (default: the one the state "
@@ -222,18 +222,18 @@ def candidates() -> None:
 @_config_file
 @click.option("-s", "--scenario", help="Refuse a candidate of another scenario (default: any).")
 @click.option("--json", "as_json", is_flag=True, help="Print the candidate and every episode in full, as JSON.")
+@_force_store
 @click.argument("candidate_id")
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
 @_friendly
-def candidates_show(config_file: str | None, scenario: str | None, as_json: bool, candidate_id: str,
+def candidates_show(config_file: str | None, scenario: str | None, as_json: bool, force: bool, candidate_id: str,
                     overrides: tuple[str, ...]) -> None:
     """One candidate: its decision, where its experience is now, and its episodes by task
     (candidate against current). Reads the record store; no server needed."""
     from .errors import NotFoundError
     from .store import to_json
 
-    _cfg, settings, _plugins = load(overrides, config_file)
-    store = settings.open_record_store()
+    store, _settings = _store(overrides, config_file, force)
     try:
         row = store.get_candidate(candidate_id)
         if row is None or (scenario and row.scenario != scenario):
@@ -248,6 +248,30 @@ def candidates_show(config_file: str | None, scenario: str | None, as_json: bool
         click.echo(json.dumps(data, indent=2, ensure_ascii=False))
     else:
         print_candidate(data)
+
+
+@candidates.command("export", context_settings={"ignore_unknown_options": True})
+@_config_file
+@click.option("-s", "--scenario", help="Scenario (default: server.default_scenario).")
+@click.option("-o", "--output", type=click.File("w"), default="-", help="File to write (default stdout).")
+@_force_store
+@click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
+@_friendly
+def candidates_export(config_file: str | None, scenario: str | None, output: Any, force: bool,
+                      overrides: tuple[str, ...]) -> None:
+    """Every candidate of a scenario, oldest first, with its experience and every stored
+    episode, as JSON Lines (one candidate per line)."""
+    from .store import to_json
+
+    store, settings = _store(overrides, config_file, force)
+    try:
+        scenario = scenario or settings.server.default_scenario
+        for row in reversed(store.list_candidates(scenario)):
+            data = {"candidate": to_json(row), "experience": store.experience_of(row.id),
+                    "episodes": store.list_episodes(row.id)}
+            output.write(json.dumps(data, ensure_ascii=False) + "\n")
+    finally:
+        store.close()
 
 
 def _clip(text: Any, width: int = 48) -> str:

@@ -185,6 +185,14 @@ def test_reef_candidates_show(tmp_path):
     missing = show(cid, "-s", "other")
     assert missing.exit_code == 1 and f"no candidate {cid!r} in scenario 'other'" in missing.output
 
+    export = CliRunner().invoke(main, ["candidates", "export", "-c", str(cfg), f"server.state_dir={tmp_path / 'state'}",
+                                       f"runtime.upstream_url={Down.url}"])
+    assert export.exit_code == 0, export.output
+    [line] = export.output.splitlines()
+    exported = json.loads(line)
+    assert exported["candidate"]["id"] == cid and exported["episodes"] == data["episodes"]
+    assert exported["experience"] == data["experience"]
+
 
 def test_task_suite_episodes_are_stored_with_the_verdict(tmp_path):
     from reef_core.testing import FakeUpstream
