@@ -14,7 +14,8 @@ The pieces, each usable alone:
   see ``sampling``), so a freshly loaded policy reproduces the recorded ``logprobs`` and
   importance ratios start at 1; ``reference_logprobs`` — the frozen base;
 * ``losses`` — ``importance_ratios``, ``policy_gradient_loss`` (REINFORCE with advantages),
-  ``ppo_clip_loss``, ``kl_penalty`` (k1/k3 estimators) — masked token losses;
+  ``ppo_clip_loss``, ``dis_loss`` (decoupled importance sampling against recorded rollout
+  logprobs), ``kl_penalty`` (k1/k3 estimators) — masked token losses;
 * ``optim`` — ``make_optimizer`` / ``optimizer_step``: AdamW over the LoRA parameters only;
 * ``rollout`` — sample completions with their sampling logprobs from the training copy;
 * ``training`` — ``PolicyTrainer``, the usual loop around them, with a tqdm progress bar;
@@ -25,7 +26,15 @@ The pieces, each usable alone:
 
 from .data import Sample, TokenBatch, collate
 from .logprobs import reference_logprobs, response_logprobs, token_logprobs
-from .losses import importance_ratios, kl_penalty, masked_mean, policy_gradient_loss, ppo_clip_loss
+from .losses import (
+    dis_loss,
+    dis_weights,
+    importance_ratios,
+    kl_penalty,
+    masked_mean,
+    policy_gradient_loss,
+    ppo_clip_loss,
+)
 from .optim import make_optimizer, optimizer_step, trainable_parameters
 from .policy import (
     linear_module_names,
@@ -44,6 +53,8 @@ __all__ = [
     "Sample",
     "TokenBatch",
     "collate",
+    "dis_loss",
+    "dis_weights",
     "importance_ratios",
     "kl_penalty",
     "linear_module_names",

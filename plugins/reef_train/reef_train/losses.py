@@ -1,5 +1,5 @@
 """Masked token losses: importance ratios, REINFORCE with advantages, PPO's clipped
-surrogate, and KL estimators to a reference policy. Every tensor is ``[B, T - 1]``, aligned
+surrogate, decoupled importance sampling (DIS), and KL estimators to a reference policy. Every tensor is ``[B, T - 1]``, aligned
 with ``TokenBatch.targets``; ``mask`` is the response mask."""
 
 from __future__ import annotations
@@ -44,6 +44,41 @@ def ppo_clip_loss(
     with torch.no_grad():
         was_clipped = ((ratio - clipped).abs() > 1e-8).float()
         stats = {"clip_fraction": float(masked_mean(was_clipped, mask)), "ratio_mean": float(masked_mean(ratio, mask))}
+    return loss, stats
+
+
+def dis_weights(ratio: torch.Tensor, eps_low: float = 0.3, eps_high: float = 5.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """DIS's token weights: ``(f(r), kept)`` with ``kept`` where ``1 - eps_low < r < 1 + eps_high``
+    (both bounds strict) and ``f(r) = r`` on kept tokens, 0 elsewhere (no gradient through either)."""
+    r = ratio.detach()
+    kept = (r > 1.0 - eps_low) & (r < 1.0 + eps_high)
+    return torch.where(kept, r, torch.zeros_like(r)), kept
+
+
+def dis_loss(
+    logprobs: torch.Tensor,
+    rollout_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float = 0.3,
+    eps_high: float = 5.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Decoupled importance sampling against the engine-recorded rollout logprobs (SAO's policy
+    loss): per token ``-sg(f(r)) · A · log π``, ``r = exp(log π - log π_rollout)``, token-mean over
+    ``mask``. Tokens outside the band are hard-masked: no PPO min/max, no KL, no entropy.
+
+    Returns ``(loss, {"pg_clipfrac", "ratio_mean", "rollout_logprob_abs_diff"})``: the fraction
+    of masked-in tokens the band removed, their mean ratio, and ``mean |log π - log π_rollout|``.
+    """
+    ratio = importance_ratios(logprobs.detach(), rollout_logprobs, mask)
+    weight, kept = dis_weights(ratio, eps_low, eps_high)
+    loss = -masked_mean(weight * advantages * logprobs, mask)
+    with torch.no_grad():
+        stats = {
+            "pg_clipfrac": float(masked_mean((~kept).float(), mask)),
+            "ratio_mean": float(masked_mean(ratio, mask)),
+            "rollout_logprob_abs_diff": float(masked_mean((logprobs.detach() - rollout_logprobs).abs(), mask)),
+        }
     return loss, stats
 
 

@@ -15,6 +15,8 @@ from reef_train import (
     PolicyTrainer,
     Sample,
     collate,
+    dis_loss,
+    dis_weights,
     importance_ratios,
     kl_penalty,
     load_policy,
@@ -77,6 +79,31 @@ def test_losses_on_hand_computed_values():
     assert kl_penalty(logp, logp - 0.1, mask, "k3").item() == pytest.approx(math.exp(-0.1) - 1 + 0.1, abs=1e-6)
     with pytest.raises(ValueError, match="k1"):
         kl_penalty(logp, logp, mask, "k9")
+
+
+def test_dis_band_is_strict_on_both_sides_and_weights_are_the_ratio():
+    low, high = 1.0 - 0.3, 1.0 + 5.0
+    ratio = torch.tensor([low, math.nextafter(low, 2.0), 1.0, math.nextafter(high, 0.0), high, 0.1, 9.0],
+                         dtype=torch.float64)
+    weight, kept = dis_weights(ratio, 0.3, 5.0)
+    assert kept.tolist() == [False, True, True, True, False, False, False]
+    assert weight.tolist() == [0.0, math.nextafter(low, 2.0), 1.0, math.nextafter(high, 0.0), 0.0, 0.0, 0.0]
+
+
+def test_dis_loss_stops_the_weight_gradient_and_masks_out_of_band_tokens():
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]], dtype=torch.float64)
+    rollout = torch.tensor([[-1.0, -1.0, -1.0, -1.0]], dtype=torch.float64)
+    # ratios e^0.5 (kept), e^-1 = 0.37 (below 0.7: dropped), 1 (kept); the last token is masked out
+    logp = torch.tensor([[-0.5, -2.0, -1.0, -7.0]], dtype=torch.float64, requires_grad=True)
+    adv = torch.tensor([[2.0, 3.0, -1.0, 5.0]], dtype=torch.float64)
+    loss, stats = dis_loss(logp, rollout, adv, mask)
+    r0 = math.exp(0.5)
+    assert loss.item() == pytest.approx(-(r0 * 2.0 * -0.5 + 1.0 * -1.0 * -1.0) / 3)
+    loss.backward()
+    # d/dlogp of -sg(f)·A·logp / n: the weight itself carries no gradient
+    assert logp.grad.tolist()[0] == pytest.approx([-r0 * 2.0 / 3, 0.0, 1.0 / 3, 0.0])
+    assert stats["pg_clipfrac"] == pytest.approx(1 / 3)
+    assert stats["rollout_logprob_abs_diff"] == pytest.approx((0.5 + 1.0 + 0.0) / 3)
 
 
 def test_optimizer_touches_lora_only_and_reference_is_the_frozen_base(tiny_model_dir, tokenizer):
