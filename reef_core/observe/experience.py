@@ -47,6 +47,8 @@ class ExperienceRecord:
     logprobs: list[float] | None = None
     adapter: str | None = None
     seq: int | None = None
+    #: the temperature ``logprobs`` were taken at (``log_softmax(logits / T)``), as the runtime said
+    logprobs_temperature: float | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> ExperienceRecord:
@@ -56,7 +58,7 @@ class ExperienceRecord:
             request=row.request, response=row.response, tags=row.tags,
             content_hash=row.content_hash, prompt_token_ids=row.prompt_token_ids,
             response_token_ids=row.response_token_ids, logprobs=row.logprobs,
-            adapter=row.adapter, seq=row.seq,
+            adapter=row.adapter, seq=row.seq, logprobs_temperature=row.logprobs_temperature,
         )
 
     @property

@@ -1,0 +1,235 @@
+"""``SAORecipe``: Single-rollout Asynchronous Optimization as a Reef recipe.
+
+Each eligible report with a finite score and exactly one reference is one rollout: the
+record's prompt and response token ids and its sampling logprobs (with their temperature)
+are what the step trains on. ``batch_size`` of them make one optimizer step, and each step
+that updates the policy is one candidate (``adapter/`` plus ``learner/``), gated by
+``task_suite`` on held-out tasks. See README.md for the algorithm and every option.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from reef_core import ActiveRelease, Batch, Candidate, Experience, Recipe, RecipeContext, require_trainable
+
+from .learner import LEARNER_DIR, Learner, LearnerOptions, Rollout, read_state
+
+Mode = Literal["sao", "grpo_dis"]
+
+
+class SAORecipe(Recipe):
+    """Trains the policy's LoRA with DIS on scored single rollouts, with a LoRA critic (``sao``)
+    or group-normalised advantages (``grpo_dis``, the control arm)."""
+
+    update_target = "adapter"
+    default_evaluator = "task_suite"
+
+    def __init__(
+        self,
+        mode: Mode = "sao",
+        batch_size: int = 8,
+        max_staleness: int = 0,
+        lr: float = 2e-4,
+        critic_lr: float = 1e-3,
+        critic_steps_per_actor: int = 2,
+        num_critic_only_steps: int = 10,
+        eps_clip_low: float = 0.3,
+        eps_clip_high: float = 5.0,
+        lambda_alpha: float = 1.5,
+        gamma: float = 1.0,
+        n_samples_per_prompt: int = 1,
+        lora_rank: int = 16,
+        lora_alpha: int = 32,
+        lora_lm_head: bool = False,
+        max_grad_norm: float = 1.0,
+        device: str = "auto",
+        seed: int = 0,
+        state_dir: str | Path | None = None,
+    ):
+        problems = []
+        if mode not in ("sao", "grpo_dis"):
+            problems.append(f"mode must be 'sao' or 'grpo_dis', not {mode!r}")
+        if batch_size < 1:
+            problems.append("batch_size must be 1 or more")
+        if max_staleness < 0:
+            problems.append("max_staleness must be 0 or more")
+        if lr <= 0 or critic_lr <= 0:
+            problems.append("lr and critic_lr must be above 0")
+        if critic_steps_per_actor < 0 or num_critic_only_steps < 0:
+            problems.append("critic_steps_per_actor and num_critic_only_steps must be 0 or more")
+        if not 0 < eps_clip_low <= 1 or eps_clip_high <= 0:
+            problems.append("eps_clip_low must be in (0, 1] and eps_clip_high above 0")
+        if lambda_alpha <= 0 or not 0 <= gamma <= 1:
+            problems.append("lambda_alpha must be above 0 and gamma in [0, 1]")
+        if n_samples_per_prompt < 1:
+            problems.append("n_samples_per_prompt must be 1 or more")
+        if mode == "grpo_dis" and n_samples_per_prompt < 2:
+            problems.append("mode grpo_dis needs n_samples_per_prompt of 2 or more (rollouts of one prompt "
+                            "are its baseline)")
+        if mode == "grpo_dis" and batch_size % max(n_samples_per_prompt, 1):
+            problems.append("in mode grpo_dis batch_size must be a multiple of n_samples_per_prompt, so a batch "
+                            "holds whole groups")
+        if lora_rank < 1 or lora_alpha < 1 or max_grad_norm <= 0:
+            problems.append("lora_rank, lora_alpha and max_grad_norm must be above 0")
+        if problems:
+            raise ValueError("; ".join(problems))
+        self.mode = mode
+        self.batch_size = int(batch_size)
+        self.max_staleness = int(max_staleness)
+        self.n_samples_per_prompt = int(n_samples_per_prompt)
+        self.options = LearnerOptions(
+            mode=mode, lr=float(lr), critic_lr=float(critic_lr), critic_steps_per_actor=int(critic_steps_per_actor),
+            num_critic_only_steps=int(num_critic_only_steps), eps_clip_low=float(eps_clip_low),
+            eps_clip_high=float(eps_clip_high), lambda_alpha=float(lambda_alpha), gamma=float(gamma),
+            lora_rank=int(lora_rank), lora_alpha=int(lora_alpha), lora_lm_head=bool(lora_lm_head),
+            max_grad_norm=float(max_grad_norm), device=str(device), seed=int(seed))
+        # Warm-up state (critic-only steps change no policy, so no candidate carries them) sits
+        # on top of the serving release it extends, under the state directory.
+        self.warmup_root = Path(state_dir) / "sao" if state_dir is not None else Path(tempfile.mkdtemp(prefix="reef-sao-"))
+
+    @property
+    def filters(self) -> list[Any]:
+        return ["scored", "single_reference", ("freshness", {"max_behind": self.max_staleness})]
+
+    # ------------------------------------------------------------------ propose
+
+    def propose(self, batch: Batch, current: ActiveRelease | None, ctx: RecipeContext) -> Candidate | None:
+        rollouts, dropped = self.rollouts(batch, current, ctx)
+        if not rollouts:
+            ctx.log.info("sao: no usable rollout in this batch (%s)", _counts(dropped))
+            return None
+        runtime = require_trainable(ctx.runtime, ctx.recipe)
+        base = runtime.base_model()
+        learner_dir, source = self.learner_source(batch.scenario, current)
+        from reef_train import load_tokenizer
+
+        tokenizer = load_tokenizer(base)
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        with ctx.progress.task(f"sao step ({self.mode}, {len(rollouts)} rollouts)", total=2) as bar:
+            learner = Learner(self.options, base, runtime.adapter_of(current), learner_dir, pad_id=pad_id, log=ctx.log)
+            bar.advance()
+            metrics = learner.step(rollouts)
+            bar.advance()
+        metrics.update({f"rollouts_dropped_{k}": v for k, v in dropped.items()})
+        metrics["rollouts_dropped"] = sum(dropped.values()) + metrics.get("rollouts_dropped_ungrouped", 0)
+        ctx.log.info("sao step %d: %s", metrics["step"], _counts({k: v for k, v in metrics.items()
+                                                                  if isinstance(v, (int, float))}))
+        key = self.warmup_dir(batch.scenario, current)
+        if not metrics.get("actor_updated"):
+            if metrics.get("rollouts_used", 0):
+                # critic only: the policy is unchanged, so there is nothing to gate; keep the
+                # critic on top of the serving release for the next step
+                self.store_warmup(learner, key)
+            return None
+        artifact = ctx.new_artifact()
+        learner.save(artifact)
+        state = learner.state
+        return Candidate(
+            scenario=batch.scenario, recipe=ctx.recipe, artifact_dir=artifact,
+            base_release_id=current.release_id if current else None,
+            summary=(f"{self.mode} step {metrics['step']}: {metrics['rollouts_used']} rollout(s), "
+                     f"reward {metrics['reward_mean']:.3f}, clipfrac {metrics['pg_clipfrac']:.3f}"),
+            metadata={"sao": {"mode": self.mode, "metrics": metrics, "learner_from": source,
+                              "steps": state.steps, "actor_steps": state.actor_steps,
+                              "critic_steps": state.critic_steps, "rollouts_used_total": state.rollouts_used}},
+        )
+
+    def rollouts(self, batch: Batch, current: ActiveRelease | None,
+                 ctx: RecipeContext) -> tuple[list[Rollout], dict[str, int]]:
+        """The batch's trainable rollouts and how many experiences were left out, by reason."""
+        behind = releases_behind(ctx, batch.scenario, current)
+        dropped = {"multi_reference": 0, "unscored": 0, "no_tokens": 0, "stale": 0}
+        out = []
+        for exp in batch:
+            reason, rollout = self.rollout(exp, behind)
+            if reason:
+                dropped[reason] += 1
+            else:
+                out.append(rollout)
+        return out, dropped
+
+    def rollout(self, exp: Experience, behind: Any) -> tuple[str | None, Rollout | None]:
+        if len(exp.records) != 1:
+            return "multi_reference", None
+        if exp.score is None or isinstance(exp.score, bool) or not math.isfinite(exp.score):
+            return "unscored", None
+        rec = exp.records[0]
+        prompt, response, logprobs = rec.prompt_token_ids, rec.response_token_ids, rec.logprobs
+        if not prompt or not response or logprobs is None or len(logprobs) != len(response):
+            return "no_tokens", None
+        lag = behind(rec.release_id)
+        if lag > self.max_staleness:
+            return "stale", None
+        return None, Rollout(prompt_ids=list(prompt), response_ids=list(response), logprobs=[float(x) for x in logprobs],
+                             temperature=record_temperature(rec), reward=float(exp.score), lag=lag)
+
+    # ------------------------------------------------------------------ learner state
+
+    def warmup_dir(self, scenario: str, current: ActiveRelease | None) -> Path:
+        return self.warmup_root / _safe(scenario) / (_safe(current.release_id) if current else "_base") / LEARNER_DIR
+
+    def learner_source(self, scenario: str, current: ActiveRelease | None) -> tuple[Path | None, str]:
+        """Where the step's learner state comes from: warm-up progress on top of the serving
+        release, else the release's own ``learner/``, else nothing (a new critic)."""
+        pending = self.warmup_dir(scenario, current)
+        if read_state(pending) is not None:
+            return pending, "warm-up on top of the serving release"
+        if current is not None and current.path is not None and read_state(current.path / LEARNER_DIR) is not None:
+            return current.path / LEARNER_DIR, "the serving release"
+        return None, "new"
+
+    def store_warmup(self, learner: Learner, key: Path) -> None:
+        """Write warm-up state for ``key``'s release atomically; drop other releases' warm-ups
+        of the scenario (a published release carries its own state)."""
+        scenario_dir = key.parent.parent
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=_mkdir(scenario_dir)))
+        learner.save_learner(tmp / LEARNER_DIR)
+        if key.parent.exists():
+            shutil.rmtree(key.parent)
+        tmp.rename(key.parent)
+        for other in scenario_dir.iterdir():
+            if other != key.parent and not other.name.startswith(".tmp-"):
+                shutil.rmtree(other, ignore_errors=True)
+
+
+def record_temperature(rec: Any) -> float:
+    """The temperature the record's logprobs were taken at: as the runtime recorded it, else the
+    request's (greedy and unset count as 1, the recording convention)."""
+    t = getattr(rec, "logprobs_temperature", None)
+    if t is None:
+        t = (rec.request or {}).get("temperature")
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0 else 1.0
+
+
+def releases_behind(ctx: Any, scenario: str, current: ActiveRelease | None):
+    """A function: release id → releases behind the head (the freshness filter's measure)."""
+    sequences: dict[str, int] = {}
+    store = getattr(ctx, "store", None)
+    if store is not None and hasattr(store, "list_releases"):
+        sequences = {r.release_id: int(r.sequence) for r in store.list_releases(scenario, newest_first=False)}
+    elif current is not None:
+        sequences = {current.release_id: 1}
+    head = sequences.get(current.release_id, max(sequences.values(), default=0)) if current else 0
+
+    def behind(release_id: str | None) -> int:
+        return max(head - sequences.get(release_id or "", 0), 0)
+
+    return behind
+
+
+def _counts(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items()) or "-"
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_.@" else "_" for c in name)
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path

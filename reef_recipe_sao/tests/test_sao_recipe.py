@@ -1,0 +1,172 @@
+"""The recipe on hand-made batches of real rollouts from a tiny model: what trains, warm-up,
+the critic schedule, staleness, learner state carried by the release, the contract kit."""
+
+from __future__ import annotations
+
+import shutil
+from types import SimpleNamespace
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import SCENARIO, context, experience, record, release_of, sampled_batch
+from reef_core import Batch
+from reef_core.testing import check_recipe
+from reef_recipe_sao import Learner, LearnerOptions, SAORecipe
+from reef_recipe_sao.learner import read_state
+from reef_train.testing import prompt_ids
+
+WORDS = ["one", "two", "three", "four"]
+
+
+@pytest.fixture(scope="module")
+def prompts(tokenizer):
+    return [prompt_ids(tokenizer, w) for w in WORDS]
+
+
+@pytest.fixture(scope="module")
+def digits(tokenizer):
+    return set(tokenizer.convert_tokens_to_ids(list("0123456789")))
+
+
+@pytest.fixture(scope="module")
+def batch(tiny_model_dir, prompts):
+    # rewards that vary, so critic and actor get gradients
+    return sampled_batch(tiny_model_dir, prompts, lambda r: float(r[0] % 2), seed=3)
+
+
+def _params(model) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
+
+
+def _learner(tiny_model_dir, **options) -> Learner:
+    base = SimpleNamespace(path=tiny_model_dir, device="cpu")
+    return Learner(LearnerOptions(**options), base, None, None, pad_id=0)
+
+
+def test_the_contract_kit_passes(tmp_path, runtime, batch):
+    # the kit's synthetic batch has no token ids: nothing to train on, and no runtime needed
+    assert check_recipe(SAORecipe(), tmp_path / "synthetic") == (None, None)
+    # the kit serves the first candidate as a release, so the records (served before it) are one behind
+    recipe = SAORecipe(batch_size=4, num_critic_only_steps=0, max_staleness=1, state_dir=tmp_path / "state")
+    first, second = check_recipe(recipe, tmp_path / "real", batch=batch,
+                                 context=lambda scratch, current: context(scratch, current, runtime))
+    assert (first.artifact_dir / "adapter" / "adapter_config.json").is_file()
+    assert read_state(first.artifact_dir / "learner")["steps"] == 1
+    assert second.metadata["sao"]["learner_from"] == "the serving release"
+    assert read_state(second.artifact_dir / "learner")["steps"] == 2
+
+
+def test_declares_scored_single_reference_and_freshness_filters():
+    assert SAORecipe(max_staleness=3).filters == ["scored", "single_reference", ("freshness", {"max_behind": 3})]
+
+
+def test_multi_reference_and_unusable_reports_are_not_trained_on(tmp_path, runtime, batch):
+    exp = list(batch)
+    two_refs = experience(90, 1.0, exp[0].records[0], exp[1].records[0])
+    no_tokens = experience(91, 1.0, record(91, [5, 6], [7], None))
+    unscored = experience(92, None, exp[2].records[0])
+    recipe = SAORecipe(num_critic_only_steps=0, state_dir=tmp_path / "state")
+    only_bad = Batch(SCENARIO, [two_refs, no_tokens, unscored])
+    # nothing usable: None before the runtime is even asked (EchoRuntime could not train)
+    assert recipe.propose(only_bad, None, context(tmp_path, None, None, "s0")) is None
+    cand = recipe.propose(Batch(SCENARIO, [two_refs, *exp, no_tokens, unscored]), None,
+                          context(tmp_path, None, runtime, "s1"))
+    m = cand.metadata["sao"]["metrics"]
+    assert m["rollouts_used"] == len(exp)
+    assert (m["rollouts_dropped_multi_reference"], m["rollouts_dropped_no_tokens"], m["rollouts_dropped_unscored"]) == \
+        (1, 1, 1)
+    assert m["rollouts_dropped"] == 3
+
+
+def test_stale_rollouts_are_dropped_and_counted(tmp_path, runtime, batch):
+    exp = list(batch)
+    releases = [SimpleNamespace(release_id=f"rel{i}", sequence=i) for i in (1, 2, 3)]
+    store = SimpleNamespace(list_releases=lambda scenario, newest_first=False: releases)
+    served = [experience(i, e.score, record(i, r.prompt_token_ids, r.response_token_ids, r.logprobs,
+                                              release_id=rel))
+              for i, (e, r, rel) in enumerate((e, e.records[0], rel) for e, rel in
+                                              zip(exp, ["rel3", "rel2", "rel1", "rel3"]))]
+    current = release_of(tmp_path / "serving", "rel3")
+    (tmp_path / "serving").mkdir()
+    ctx = context(tmp_path, current, runtime)
+    ctx.store = store
+    cand = SAORecipe(max_staleness=1, num_critic_only_steps=0, state_dir=tmp_path / "state").propose(
+        Batch(SCENARIO, served), current, ctx)
+    m = cand.metadata["sao"]["metrics"]
+    assert (m["rollouts_used"], m["rollouts_dropped_stale"]) == (3, 1)     # rel1 is 2 behind rel3
+    assert (m["policy_lag_max"], m["policy_lag_mean"]) == (1, pytest.approx(1 / 3))
+
+
+def test_warm_up_keeps_the_policy_bit_identical_then_the_actor_moves(tiny_model_dir, batch):
+    learner = _learner(tiny_model_dir, num_critic_only_steps=2)
+    rollouts, _ = SAORecipe().rollouts(batch, None, SimpleNamespace(store=None))
+    before = _params(learner.actor)
+    head_before = learner.critic.head.weight.detach().clone()
+    for _ in range(2):
+        assert learner.warming_up
+        assert learner.step(rollouts)["actor_updated"] is False
+    after = _params(learner.actor)
+    assert all(torch.equal(before[n], after[n]) for n in before)          # bit-identical
+    assert not torch.equal(head_before, learner.critic.head.weight)        # the critic did learn
+    assert learner.step(rollouts)["actor_updated"] is True
+    assert any(not torch.equal(after[n], p) for n, p in _params(learner.actor).items())
+
+
+def test_k_critic_updates_before_each_actor_update(tiny_model_dir, batch):
+    learner = _learner(tiny_model_dir, num_critic_only_steps=1, critic_steps_per_actor=3)
+    rollouts, _ = SAORecipe().rollouts(batch, None, SimpleNamespace(store=None))
+    calls = []
+    for name, opt in (("critic", learner.critic_opt), ("actor", learner.actor_opt)):
+        original = opt.step
+        opt.step = lambda *a, _n=name, _o=original, **k: (calls.append(_n), _o(*a, **k))[1]
+    learner.step(rollouts)                                   # warm-up: critic only
+    learner.step(rollouts)
+    learner.step(rollouts)
+    assert calls == ["critic"] * 3 + (["critic"] * 3 + ["actor"]) * 2
+    assert (learner.state.critic_steps, learner.state.actor_steps, learner.state.steps) == (9, 2, 3)
+
+
+def test_warm_up_state_waits_on_top_of_the_serving_release(tmp_path, runtime, batch):
+    recipe = SAORecipe(batch_size=4, num_critic_only_steps=1, state_dir=tmp_path / "state")
+    assert recipe.propose(batch, None, context(tmp_path, None, runtime, "s1")) is None   # critic only
+    pending = recipe.warmup_dir(SCENARIO, None)
+    assert read_state(pending)["steps"] == 1
+    cand = recipe.propose(batch, None, context(tmp_path, None, runtime, "s2"))
+    assert cand.metadata["sao"]["learner_from"] == "warm-up on top of the serving release"
+    assert cand.metadata["sao"]["steps"] == 2 and cand.metadata["sao"]["actor_steps"] == 1
+
+
+def test_a_restart_resumes_the_critic_from_the_serving_release(tmp_path, runtime, batch):
+    first = SAORecipe(batch_size=4, num_critic_only_steps=0, state_dir=tmp_path / "state-a").propose(
+        batch, None, context(tmp_path, None, runtime, "s1"))
+    shutil.copytree(first.artifact_dir, tmp_path / "rel1")
+    current = release_of(tmp_path / "rel1", "rel1")
+    saved_head = load_file(str(tmp_path / "rel1" / "learner" / "value_head.safetensors"))
+
+    # a new process: a new recipe object and another state directory; the release is all it has
+    recipe = SAORecipe(batch_size=4, num_critic_only_steps=0, max_staleness=1, state_dir=tmp_path / "state-b")
+    learner_dir, source = recipe.learner_source(SCENARIO, current)
+    assert (learner_dir, source) == (tmp_path / "rel1" / "learner", "the serving release")
+    base = runtime.base_model()
+    learner = Learner(recipe.options, base, runtime.adapter_of(current), learner_dir, pad_id=0)
+    assert torch.equal(learner.critic.head.weight.detach(), saved_head["weight"])
+    assert learner.state.steps == 1 and learner.actor_opt.state          # moments restored, not re-warmed
+    second = recipe.propose(batch, current, context(tmp_path, current, runtime, "s2"))
+    assert second.metadata["sao"]["learner_from"] == "the serving release"
+    assert read_state(second.artifact_dir / "learner")["critic_steps"] == 4
+
+
+def test_grpo_dis_uses_groups_of_one_prompt_and_no_critic(tmp_path, runtime, tiny_model_dir, prompts):
+    grouped = sampled_batch(tiny_model_dir, prompts[:2], lambda r: float(r[0] % 2), seed=5, num_samples=4)
+    single = sampled_batch(tiny_model_dir, prompts[3:], lambda r: 1.0, seed=6)
+    items = list(grouped) + [experience(50, 1.0, single.items[0].records[0])]
+    recipe = SAORecipe(mode="grpo_dis", n_samples_per_prompt=4, batch_size=8, state_dir=tmp_path / "state")
+    cand = recipe.propose(Batch(SCENARIO, items), None, context(tmp_path, None, runtime))
+    m = cand.metadata["sao"]["metrics"]
+    assert (m["rollouts_used"], m["rollouts_dropped_ungrouped"]) == (8, 1)
+    assert "critic_updates" not in m and m["actor_updated"] is True
+    assert not (cand.artifact_dir / "learner" / "critic").exists()
+    with pytest.raises(ValueError, match="n_samples_per_prompt"):
+        SAORecipe(mode="grpo_dis")
