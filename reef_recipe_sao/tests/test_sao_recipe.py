@@ -10,11 +10,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import SCENARIO, context, experience, record, release_of, sampled_batch
 from reef_core import Batch
 from reef_core.testing import check_recipe
 from reef_recipe_sao import Learner, LearnerOptions, SAORecipe
 from reef_recipe_sao.learner import read_state
+from reef_recipe_sao.testing import SCENARIO, context, experience, record, release_of, sampled_batch
 from reef_train.testing import prompt_ids
 
 WORDS = ["one", "two", "three", "four"]
