@@ -62,6 +62,19 @@ def test_every_package_has_the_shape():
         assert list((pkg / "tests").glob("test_*.py")), f"{rel}/tests has no test module"
 
 
+def test_top_level_recipes_install_as_a_path_entry():
+    """A recipe at the top level sits in a folder named like its package, which a process started
+    in the repository root sees as an empty namespace package that hides an editable install done
+    through an import hook; ``package-dir = {"" = "."}`` makes the install a plain path entry."""
+    import tomllib
+
+    for rel in _listed(ROOT, "--installed"):
+        if not rel.startswith("reef_recipe_"):
+            continue
+        config = tomllib.loads((ROOT / rel / "pyproject.toml").read_text())
+        assert config.get("tool", {}).get("setuptools", {}).get("package-dir") == {"": "."}, rel
+
+
 def test_every_pyproject_belongs_to_a_listed_package():
     """A package placed anywhere else would be silently skipped by setup, pytest and ruff."""
     skip = {".venv", ".git", "build", "node_modules"}
