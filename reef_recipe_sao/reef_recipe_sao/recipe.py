@@ -33,6 +33,7 @@ class SAORecipe(Recipe):
         self,
         mode: Mode = "sao",
         batch_size: int = 8,
+        steps_per_candidate: int = 1,
         max_staleness: int = 0,
         lr: float = 2e-4,
         critic_lr: float = 1e-3,
@@ -54,8 +55,8 @@ class SAORecipe(Recipe):
         problems = []
         if mode not in ("sao", "grpo_dis"):
             problems.append(f"mode must be 'sao' or 'grpo_dis', not {mode!r}")
-        if batch_size < 1:
-            problems.append("batch_size must be 1 or more")
+        if batch_size < 1 or steps_per_candidate < 1:
+            problems.append("batch_size and steps_per_candidate must be 1 or more")
         if max_staleness < 0:
             problems.append("max_staleness must be 0 or more")
         if lr <= 0 or critic_lr <= 0:
@@ -79,7 +80,11 @@ class SAORecipe(Recipe):
         if problems:
             raise ValueError("; ".join(problems))
         self.mode = mode
-        self.batch_size = int(batch_size)
+        #: rollouts per optimizer step (the option ``batch_size``)
+        self.step_size = int(batch_size)
+        self.steps_per_candidate = int(steps_per_candidate)
+        #: what the kernel hands ``propose``: every step of one candidate
+        self.batch_size = self.step_size * self.steps_per_candidate
         self.max_staleness = int(max_staleness)
         self.n_samples_per_prompt = int(n_samples_per_prompt)
         self.options = LearnerOptions(
@@ -110,11 +115,22 @@ class SAORecipe(Recipe):
 
         tokenizer = load_tokenizer(base)
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        with ctx.progress.task(f"sao step ({self.mode}, {len(rollouts)} rollouts)", total=2) as bar:
+        chunks = self.steps_of(rollouts)
+        with ctx.progress.task(f"sao ({self.mode}): {len(chunks)} step(s), {len(rollouts)} rollouts",
+                               total=len(chunks) + 1) as bar:
             learner = Learner(self.options, base, runtime.adapter_of(current), learner_dir, pad_id=pad_id, log=ctx.log)
             bar.advance()
-            metrics = learner.step(rollouts)
-            bar.advance()
+            steps = []
+            for chunk in chunks:
+                steps.append(learner.step(chunk))
+                bar.advance()
+        metrics = dict(steps[-1])  # the last step's losses and norms, the counts over every step
+        metrics["actor_updated"] = any(m.get("actor_updated") for m in steps)
+        for key in {k for m in steps for k in m if k == "rollouts_used" or k.startswith("rollouts_dropped")}:
+            metrics[key] = sum(m.get(key, 0) for m in steps)
+        metrics["optimizer_steps"] = len(steps)
+        if len(steps) > 1:
+            metrics["steps_detail"] = steps
         metrics.update({f"rollouts_dropped_{k}": v for k, v in dropped.items()})
         metrics["rollouts_dropped"] = sum(dropped.values()) + metrics.get("rollouts_dropped_ungrouped", 0)
         ctx.log.info("sao step %d: %s", metrics["step"], _counts({k: v for k, v in metrics.items()
@@ -138,6 +154,23 @@ class SAORecipe(Recipe):
                               "steps": state.steps, "actor_steps": state.actor_steps,
                               "critic_steps": state.critic_steps, "rollouts_used_total": state.rollouts_used}},
         )
+
+    def steps_of(self, rollouts: list[Rollout]) -> list[list[Rollout]]:
+        """The optimizer steps of one candidate: ``batch_size`` rollouts each, in order (the last
+        may be short; in ``grpo_dis`` a prompt's group stays in one step)."""
+        if self.steps_per_candidate == 1:
+            return [rollouts]
+        if self.mode == "grpo_dis":
+            groups: dict[tuple[int, ...], list[Rollout]] = {}
+            for r in rollouts:
+                groups.setdefault(tuple(r.prompt_ids), []).append(r)
+            steps: list[list[Rollout]] = [[]]
+            for group in groups.values():
+                if steps[-1] and len(steps[-1]) + len(group) > self.step_size:
+                    steps.append([])
+                steps[-1].extend(group)
+            return steps
+        return [rollouts[i:i + self.step_size] for i in range(0, len(rollouts), self.step_size)]
 
     def rollouts(self, batch: Batch, current: ActiveRelease | None,
                  ctx: RecipeContext) -> tuple[list[Rollout], dict[str, int]]:

@@ -158,6 +158,17 @@ def test_a_restart_resumes_the_critic_from_the_serving_release(tmp_path, runtime
     assert read_state(second.artifact_dir / "learner")["critic_steps"] == 4
 
 
+def test_several_optimizer_steps_make_one_candidate(tmp_path, runtime, batch):
+    recipe = SAORecipe(batch_size=2, steps_per_candidate=2, num_critic_only_steps=1, state_dir=tmp_path / "state")
+    assert recipe.batch_size == 4  # what the kernel hands propose: every step of the candidate
+    cand = recipe.propose(Batch(SCENARIO, list(batch)[:4]), None, context(tmp_path, None, runtime))
+    m = cand.metadata["sao"]
+    # the first step warms the critic up, the second moves the policy: one candidate carries both
+    assert m["metrics"]["optimizer_steps"] == 2 and m["metrics"]["rollouts_used"] == 4
+    assert (m["steps"], m["actor_steps"]) == (2, 1)
+    assert [s["actor_updated"] for s in m["metrics"]["steps_detail"]] == [False, True]
+
+
 def test_grpo_dis_uses_groups_of_one_prompt_and_no_critic(tmp_path, runtime, tiny_model_dir, prompts):
     grouped = sampled_batch(tiny_model_dir, prompts[:2], lambda r: float(r[0] % 2), seed=5, num_samples=4)
     single = sampled_batch(tiny_model_dir, prompts[3:], lambda r: 1.0, seed=6)
