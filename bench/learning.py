@@ -1,0 +1,328 @@
+"""Does the learning loop make the agent better? The one benchmark every learning recipe reports on.
+
+For each seed it starts two real ``reef serve`` processes with the same configuration, a
+LEARNER (``loop.enabled=true``) and a frozen CONTROL (``loop.enabled=false``), each with its own
+state directory, port and token. A simulated user asks both the same training questions in the
+same order through the official ``openai`` SDK, grades every answer exactly and posts a report
+quoting the receipt (score 1.0 or 0.0, plus feedback text where the recipe's user writes some).
+The learner's own loop learns, gates (``task_suite`` on gate tasks) and hot-swaps; the bench
+never calls recipe code. Held-out accuracy (greedy, tasks used neither for training nor for the
+gate) is measured through each server's chat endpoint before the traffic and after learning
+settled.
+
+Usage:
+    python bench/learning.py RECIPE [--seeds 3] [--budget N] [--mode MODE]
+                             [--endpoint URL --model NAME] [--heldout N] [--gate-tasks N]
+
+``--endpoint`` runs both servers with ``runtime=upstream`` against an OpenAI-compatible endpoint
+(key from ``$REEF_UPSTREAM_API_KEY``) instead of the local SmolLM2-135M-Instruct. The last line
+printed is the summary: ``<recipe>: learner <mean±sd> vs control <mean±sd> on <n> held-out
+tasks, <k>/<seeds> seeds above control, <minutes> min``. Recipes: see bench/learning_tasks.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from openai import OpenAI
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from learning_tasks import RECIPES, RecipeBench, Split, Task, summary_line  # noqa: E402
+
+SCENARIO = "bench"
+#: requests in flight per server: the local runtime decodes up to 8 sequences in one forward
+CONCURRENCY = 8
+READY_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Which runtime both servers use: the local model, or ``upstream`` at an endpoint."""
+
+    overrides: tuple[str, ...]
+    description: str
+
+    @classmethod
+    def choose(cls, endpoint: str | None, model: str | None) -> Runtime:
+        if endpoint is None:
+            return cls(("runtime=local",), "local (the embedded SmolLM2-135M-Instruct, reef-torch)")
+        if not model:
+            raise SystemExit("Error: --endpoint needs --model, the model name the endpoint serves")
+        return cls(("runtime=upstream", f"runtime.upstream_url={endpoint}", f"runtime.model={model}"),
+                   f"upstream ({model} at {endpoint})")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_config(bench: RecipeBench, mode: str | None, split: Split, *, learning: bool) -> dict[str, Any]:
+    """The YAML config file of one server (everything but the state dir, port and runtime)."""
+    return {
+        "server": {"default_scenario": SCENARIO, "log_level": "warning"},
+        "recipe": bench.recipe_config(mode),
+        "evaluator": {**bench.gate, "tasks": bench.gate_tasks_config(split.gate)},
+        "loop": {"enabled": learning, "schedule_s": None},
+    }
+
+
+class ReefProcess:
+    """``python -m reef_core serve -c <file>`` on a free loopback port with its own state
+    directory and admin token; stopped with SIGINT (a clean shutdown), killed if it hangs."""
+
+    def __init__(self, name: str, workdir: Path, config: dict[str, Any], runtime: Runtime):
+        self.name = name
+        self.dir = workdir / name
+        self.dir.mkdir(parents=True)
+        self.port = _free_port()
+        self.token = secrets.token_urlsafe(16)
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = {**config, "auth": {"tokens": [{"token": self.token, "role": "admin", "scenarios": None}]}}
+        self.config_file = self.dir / "reef.yaml"
+        self.config_file.write_text(yaml.safe_dump(config, sort_keys=False))
+        self.log_path = self.dir / "serve.log"
+        self.argv = [sys.executable, "-m", "reef_core", "serve", "-c", str(self.config_file), *runtime.overrides,
+                     "evaluator=task_suite",
+                     f"server.state_dir={self.dir / 'state'}", f"server.port={self.port}"]
+        self.proc: subprocess.Popen | None = None
+        self.http = httpx.Client(base_url=self.url, timeout=120,
+                                 headers={"authorization": f"Bearer {self.token}", "x-reef-scenario": SCENARIO})
+        self.openai = OpenAI(base_url=f"{self.url}/v1", api_key=self.token, max_retries=2, timeout=300,
+                             default_headers={"x-reef-scenario": SCENARIO})
+        self.model = ""
+
+    def start(self) -> None:
+        env = {k: v for k, v in os.environ.items() if k not in ("REEF_URL", "REEF_TOKEN")}
+        env.setdefault("HF_HUB_OFFLINE", "1")
+        env.setdefault("TRANSFORMERS_OFFLINE", "1")
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is None or self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} server exited during start-up:\n{self.log_tail()}")
+            try:
+                if self.http.get("/readyz", timeout=2).status_code == 200:
+                    self.model = self.http.get("/v1/models").json()["data"][0]["id"]
+                    return
+            except (httpx.HTTPError, LookupError, ValueError):
+                pass
+            time.sleep(0.25)
+        raise RuntimeError(f"{self.name} server not ready after {timeout:.0f} s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.http.close()
+        self.openai.close()
+
+    # ---------------------------------------------------------------- what a user does
+
+    def ask(self, task: Task, *, temperature: float, max_tokens: int, tag: str) -> tuple[str, str | None]:
+        """The answer to ``task`` and its receipt."""
+        raw = self.openai.chat.completions.with_raw_response.create(
+            model=self.model, messages=[{"role": "user", "content": task.prompt}], temperature=temperature,
+            max_tokens=max_tokens, extra_headers={"x-reef-tag-bench": tag})
+        answer = raw.parse().choices[0].message.content
+        return raw.headers["x-reef-agent-record-id"], answer
+
+    def report(self, receipt: str, score: float, feedback: str | None, task: Task) -> None:
+        body: dict[str, Any] = {"references": [receipt], "score": score, "metadata": {"task": task.id}}
+        if feedback:
+            body["feedback"] = feedback
+        self.http.post("/reef/report", json=body).raise_for_status()
+
+    # ---------------------------------------------------------------- what the loop did
+
+    def loop_state(self) -> dict[str, Any]:
+        return self.http.get(f"/reef/scenarios/{SCENARIO}").json().get("loop") or {}
+
+    def candidates(self) -> Counter:
+        rows = self.http.get(f"/reef/scenarios/{SCENARIO}/candidates", params={"limit": 1000}).json()["candidates"]
+        return Counter(c["status"] for c in rows)
+
+    def wait_settled(self, batch_size: int, timeout: float) -> bool:
+        """Wait until no growth step runs and fewer than a batch of reports is eligible (twice in a
+        row, a second apart, so a step about to start is not missed); False after ``timeout``."""
+        deadline, calm = time.monotonic() + timeout, 0
+        while time.monotonic() < deadline:
+            loop = self.loop_state()
+            calm = calm + 1 if loop.get("state", "idle") == "idle" and loop.get("eligible", 0) < batch_size else 0
+            if calm >= 2:
+                return True
+            time.sleep(1.0)
+        return False
+
+
+# ------------------------------------------------------------------ one seed
+
+
+@dataclass
+class SeedResult:
+    seed: int
+    control_before: float
+    control_after: float
+    learner_before: float
+    learner_after: float
+    candidates: Counter = field(default_factory=Counter)
+    traffic_reward: float = 0.0
+    settled: bool = True
+    seconds: float = 0.0
+
+
+def accuracy(server: ReefProcess, bench: RecipeBench, tasks: list[Task], pool: ThreadPoolExecutor) -> float:
+    """Held-out accuracy: greedy answers through the server's chat endpoint, graded by the recipe's grader."""
+
+    def one(task: Task) -> float:
+        _, answer = server.ask(task, temperature=0.0, max_tokens=bench.max_tokens, tag="heldout")
+        return bench.grade(answer, task)
+
+    scores = list(pool.map(one, tasks))
+    return sum(scores) / len(scores)
+
+
+def drive(server: ReefProcess, bench: RecipeBench, tasks: list[Task], pool: ThreadPoolExecutor) -> float:
+    """The simulated user on one chunk of training traffic: ask, grade, report. Returns the mean score."""
+
+    def one(task: Task) -> float:
+        receipt, answer = server.ask(task, temperature=bench.temperature, max_tokens=bench.max_tokens, tag="train")
+        score = bench.grade(answer, task)
+        server.report(receipt, score, bench.feedback(task, answer, score), task)
+        return score
+
+    return sum(pool.map(one, tasks))
+
+
+def run_seed(bench: RecipeBench, seed: int, *, budget: int, mode: str | None, runtime: Runtime,
+             workdir: Path, log: Any = print) -> SeedResult:
+    start = time.monotonic()
+    split = bench.split(seed, budget)
+    learner = ReefProcess(f"seed{seed}-learner", workdir, server_config(bench, mode, split, learning=True), runtime)
+    control = ReefProcess(f"seed{seed}-control", workdir, server_config(bench, mode, split, learning=False), runtime)
+    servers = (learner, control)
+    try:
+        for s in servers:
+            s.start()
+        for s in servers:
+            s.wait_ready()
+        with ThreadPoolExecutor(CONCURRENCY) as pool:
+            before = {s.name: accuracy(s, bench, split.heldout, pool) for s in servers}
+            log(f"  seed {seed}: held-out before: learner {before[learner.name]:.3f}, "
+                f"control {before[control.name]:.3f} ({time.monotonic() - start:.0f} s)")
+            reward = 0.0
+            for i in range(0, len(split.train), CONCURRENCY):
+                chunk = split.train[i:i + CONCURRENCY]
+                reward += drive(learner, bench, chunk, pool)
+                drive(control, bench, chunk, pool)
+                done = i + len(chunk)
+                if done % (CONCURRENCY * 8) == 0 or done == len(split.train):
+                    loop = learner.loop_state()
+                    log(f"  seed {seed}: {done}/{len(split.train)} reports, traffic reward {reward / done:.3f}, "
+                        f"learner loop {loop.get('state')} after {loop.get('steps', 0)} step(s) "
+                        f"({time.monotonic() - start:.0f} s)")
+            batch = int(bench.recipe_config(mode).get("batch_size", 1))
+            settled = learner.wait_settled(batch, bench.settle_timeout_s)
+            if not settled:
+                log(f"  seed {seed}: learning had not settled after {bench.settle_timeout_s:.0f} s; measuring anyway")
+            after = {s.name: accuracy(s, bench, split.heldout, pool) for s in servers}
+        return SeedResult(seed, control_before=before[control.name], control_after=after[control.name],
+                          learner_before=before[learner.name], learner_after=after[learner.name],
+                          candidates=learner.candidates(), traffic_reward=reward / max(1, len(split.train)),
+                          settled=settled, seconds=time.monotonic() - start)
+    except Exception:
+        for s in servers:
+            log(f"--- {s.name} log tail ---\n{s.log_tail()}")
+        raise
+    finally:
+        for s in servers:
+            s.stop()
+
+
+# ------------------------------------------------------------------ the report
+
+
+def table(results: list[SeedResult]) -> str:
+    head = (f"{'seed':>4}  {'control before':>14}  {'control after':>13}  {'learner before':>14}  "
+            f"{'learner after':>13}  {'published':>9}  {'rejected':>8}  {'other':>5}  {'wall':>7}")
+    rows = [head, "-" * len(head)]
+    for r in results:
+        other = sum(n for status, n in r.candidates.items() if status not in ("published", "rejected"))
+        rows.append(f"{r.seed:>4}  {r.control_before:>14.3f}  {r.control_after:>13.3f}  {r.learner_before:>14.3f}  "
+                    f"{r.learner_after:>13.3f}  {r.candidates.get('published', 0):>9}  "
+                    f"{r.candidates.get('rejected', 0):>8}  {other:>5}  {r.seconds / 60:>5.1f} m"
+                    + ("" if r.settled else "  (not settled)"))
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("recipe", choices=sorted(RECIPES))
+    parser.add_argument("--seeds", type=int, default=3, help="seeds to run, 0..N-1 (default 3)")
+    parser.add_argument("--budget", type=int, help="reports per seed (default: the recipe's)")
+    parser.add_argument("--mode", help="a recipe mode from the registry, e.g. grpo_dis for sao")
+    parser.add_argument("--endpoint", help="OpenAI-compatible base URL: run the servers with runtime=upstream")
+    parser.add_argument("--model", help="the model name at --endpoint")
+    parser.add_argument("--heldout", type=int, help="held-out tasks (default: the recipe's)")
+    parser.add_argument("--gate-tasks", type=int, help="gate tasks (default: the recipe's)")
+    args = parser.parse_args(argv)
+
+    bench = RECIPES[args.recipe]
+    overrides = {k: v for k, v in (("heldout_tasks", args.heldout), ("gate_tasks", args.gate_tasks)) if v}
+    if overrides:
+        bench = bench.with_sizes(**overrides)
+    try:
+        bench.recipe_config(args.mode)
+    except ValueError as exc:
+        parser.error(str(exc))
+    budget = args.budget or bench.budget
+    runtime = Runtime.choose(args.endpoint, args.model)
+    print(f"recipe {bench.name}{f' (mode {args.mode})' if args.mode else ''}: {bench.notes}")
+    print(f"runtime {runtime.description}; {args.seeds} seed(s), {budget} reports per seed, "
+          f"traffic at temperature {bench.temperature}, {bench.gate_tasks} gate and {bench.heldout_tasks} "
+          "held-out tasks (greedy)", flush=True)
+    start = time.monotonic()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="reef-bench-learning-") as tmp:
+        for seed in range(args.seeds):
+            results.append(run_seed(bench, seed, budget=budget, mode=args.mode, runtime=runtime, workdir=Path(tmp),
+                                    log=lambda line: print(line, flush=True)))
+    print()
+    print(table(results))
+    print(summary_line(bench.name, [r.learner_after for r in results], [r.control_after for r in results],
+                       bench.heldout_tasks, (time.monotonic() - start) / 60))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

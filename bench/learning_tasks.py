@@ -1,0 +1,235 @@
+"""What ``bench/learning.py`` asks, how it grades, and how each recipe is set up: one registry entry per recipe.
+
+A recipe's entry (`RecipeBench`) names the task family, the grader, the feedback a user would
+write, the recipe's options (and named ``--mode`` variants), the gate (the ``task_suite``
+evaluator, whose tasks the bench fills in) and the sampling temperature of the training traffic.
+Adding a recipe to the benchmark is adding an entry to `RECIPES`; nothing here imports the recipe.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Task:
+    """One question with its answer. ``key`` names the problem (``7 + 5`` and ``5 + 7`` share one),
+    so training, gate and held-out tasks are disjoint problems, not only disjoint strings."""
+
+    id: str
+    prompt: str
+    expected: str
+    key: str
+
+
+@dataclass(frozen=True)
+class Split:
+    """One seed's tasks: the training stream (what the simulated user asks, in order), the gate's
+    tasks and the held-out tasks; no problem of one appears in another."""
+
+    train: list[Task]
+    gate: list[Task]
+    heldout: list[Task]
+
+
+# ------------------------------------------------------------------ tasks and graders
+
+_INT = re.compile(r"-?\d+")
+
+
+def first_integer(text: str | None) -> int | None:
+    """The first integer written in ``text`` (``"23 + 58 = 81"`` → 23), None when there is none."""
+    m = _INT.search(text or "")
+    return int(m.group()) if m else None
+
+
+@dataclass(frozen=True)
+class Grader:
+    """A 0/1 grade of an answer, and the same test as a regex the gate's ``task_suite`` evaluator
+    applies (its ``regex`` grader: ``re.search`` with DOTALL), so the user and the gate agree."""
+
+    name: str
+    grade: Callable[[str | None, Task], float]
+    pattern: Callable[[Task], str]
+
+    def __call__(self, answer: str | None, task: Task) -> float:
+        return self.grade(answer, task)
+
+
+def _first_integer_is(answer: str | None, task: Task) -> float:
+    return 1.0 if first_integer(answer) == int(task.expected) else 0.0
+
+
+def _first_integer_pattern(task: Task) -> str:
+    # anything but a digit or a minus sign that starts a number, then the expected number whole
+    return rf"\A(?:[^\d-]|-(?!\d))*{re.escape(task.expected)}(?!\d)"
+
+
+def _number_only(answer: str | None, task: Task) -> float:
+    return 1.0 if (answer or "").strip().removesuffix(".").strip() == task.expected else 0.0
+
+
+def _number_only_pattern(task: Task) -> str:
+    return rf"\A\s*{re.escape(task.expected)}\s*\.?\s*\Z"
+
+
+#: the answer's first integer is the expected one (``"81"``, ``"It is 81."``; not ``"23 + 58 = 81"``)
+FIRST_INTEGER = Grader("first_integer", _first_integer_is, _first_integer_pattern)
+#: the whole answer is the expected number, a full stop allowed (``"81"``, ``"81."``)
+NUMBER_ONLY = Grader("number_only", _number_only, _number_only_pattern)
+
+
+def addition_problems(low: int, high: int, suffix: str) -> Callable[[], list[Task]]:
+    """Every ``a + b`` with ``low <= a, b <= high`` as a task; ``suffix`` follows the question."""
+
+    def problems() -> list[Task]:
+        tasks = []
+        for a in range(low, high + 1):
+            for b in range(low, high + 1):
+                prompt = f"What is {a} + {b}?" + (f" {suffix}" if suffix else "")
+                tasks.append(Task(id=f"add-{a}-{b}", prompt=prompt, expected=str(a + b), key=f"{min(a, b)}+{max(a, b)}"))
+        return tasks
+
+    return problems
+
+
+def split_tasks(problems: list[Task], seed: int, *, train: int, gate: int, heldout: int) -> Split:
+    """Shuffle the problems with ``seed`` and deal them out: held-out first, then the gate, and the
+    training stream (``train`` questions, repeating only when the rest is smaller than that) from
+    what is left. Tasks sharing a key go to the same part."""
+    groups: dict[str, list[Task]] = {}
+    for t in problems:
+        groups.setdefault(t.key, []).append(t)
+    keys = sorted(groups)
+    rng = random.Random(seed)
+    rng.shuffle(keys)
+    if len(keys) < heldout + gate + 1:
+        raise ValueError(f"{len(keys)} distinct problems cannot fill {heldout} held-out and {gate} gate tasks "
+                         "and leave any for training")
+
+    def one_each(part: list[str]) -> list[Task]:
+        return [rng.choice(groups[k]) for k in part]
+
+    held, gated, rest = keys[:heldout], keys[heldout:heldout + gate], keys[heldout + gate:]
+    pool = [t for k in rest for t in groups[k]]
+    rng.shuffle(pool)
+    stream = [pool[i % len(pool)] for i in range(train)]
+    return Split(train=stream, gate=one_each(gated), heldout=one_each(held))
+
+
+# ------------------------------------------------------------------ the registry
+
+
+@dataclass(frozen=True)
+class RecipeBench:
+    """How the benchmark drives one recipe.
+
+    ``recipe`` is the server's ``recipe`` config group (``name`` plus options), ``modes`` maps a
+    ``--mode`` value to options over it. ``gate`` is the ``task_suite`` evaluator's options (the
+    bench adds ``tasks``). ``feedback(task, answer, score)`` is the text a user would write in the
+    report (None: score only). ``temperature`` samples the training traffic; held-out accuracy is
+    always measured greedily."""
+
+    name: str
+    problems: Callable[[], list[Task]]
+    grade: Grader
+    recipe: dict[str, Any]
+    gate: dict[str, Any]
+    temperature: float = 1.0
+    max_tokens: int = 16
+    budget: int = 256
+    gate_tasks: int = 24
+    heldout_tasks: int = 64
+    feedback: Callable[[Task, str | None, float], str | None] = lambda task, answer, score: None
+    modes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    settle_timeout_s: float = 600.0
+    notes: str = ""
+
+    def recipe_config(self, mode: str | None) -> dict[str, Any]:
+        """The recipe config group with ``mode``'s options over the defaults."""
+        if mode is not None and mode not in self.modes:
+            known = ", ".join(sorted(self.modes)) or "none"
+            raise ValueError(f"recipe {self.name!r} has no mode {mode!r} (modes: {known})")
+        return {**self.recipe, **(self.modes.get(mode) or {})}
+
+    def gate_tasks_config(self, tasks: list[Task]) -> list[dict[str, Any]]:
+        """The gate's tasks as ``task_suite`` takes them, graded by this recipe's grader as a regex."""
+        return [{"id": t.id, "prompt": t.prompt, "pattern": self.grade.pattern(t), "grader": "regex"} for t in tasks]
+
+    def with_sizes(self, **sizes: int) -> RecipeBench:
+        """This entry with other task counts (``heldout_tasks``, ``gate_tasks``)."""
+        return replace(self, **sizes)
+
+    def split(self, seed: int, budget: int | None = None) -> Split:
+        return split_tasks(self.problems(), seed, train=budget or self.budget, gate=self.gate_tasks,
+                           heldout=self.heldout_tasks)
+
+
+def _greedy_gate(**extra: Any) -> dict[str, Any]:
+    # Greedy episodes (one per task and side) keep the gate deterministic and cheap on a CPU;
+    # the bootstrap rule still asks for an improvement beyond the tasks' spread.
+    return {"name": "task_suite", "grader": "regex", "rule": "bootstrap", "margin": 0.0, "confidence": 0.9,
+            "params": {"temperature": 0, "max_tokens": 16}, "episode_timeout_s": 120, "timeout_s": 1200,
+            "concurrency": 8, **extra}
+
+
+def _format_feedback(task: Task, answer: str | None, score: float) -> str | None:
+    return None if score >= 1.0 else "Always answer with the number only."
+
+
+RECIPES: dict[str, RecipeBench] = {
+    "sao": RecipeBench(
+        name="sao",
+        problems=addition_problems(10, 99, "Answer with the number only."),
+        grade=FIRST_INTEGER,
+        # a policy gradient from single scored rollouts needs the sampling logprobs: sampled traffic
+        temperature=1.0,
+        recipe={"name": "sao", "batch_size": 8, "lr": 2e-4, "n_samples_per_prompt": 1},
+        modes={"sao": {"mode": "sao"}, "grpo_dis": {"mode": "grpo_dis"}},
+        gate=_greedy_gate(),
+        budget=256,
+        notes="LoRA policy gradient from single scored rollouts",
+    ),
+    "feedback_rules": RecipeBench(
+        name="feedback_rules",
+        problems=addition_problems(10, 99, ""),
+        grade=NUMBER_ONLY,
+        feedback=_format_feedback,
+        temperature=0.0,
+        recipe={"name": "feedback_rules", "batch_size": 4, "max_score": 0.5, "proposer": None},
+        gate=_greedy_gate(),
+        budget=32,
+        gate_tasks=16,
+        heldout_tasks=32,
+        settle_timeout_s=300.0,
+        notes="harness rules from the feedback text of low-scored reports",
+    ),
+}
+
+
+# ------------------------------------------------------------------ the summary
+
+
+def mean_sd(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single value)."""
+    if not values:
+        return math.nan, math.nan
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def fmt_mean_sd(values: list[float]) -> str:
+    mean, sd = mean_sd(values)
+    return f"{mean:.3f}±{sd:.3f}"
+
+
+def summary_line(recipe: str, learner: list[float], control: list[float], n_heldout: int, minutes: float) -> str:
+    """The one line every recipe reports: held-out accuracy after learning, learner vs control."""
+    above = sum(1 for lrn, ctl in zip(learner, control) if lrn > ctl)
+    return (f"{recipe}: learner {fmt_mean_sd(learner)} vs control {fmt_mean_sd(control)} on {n_heldout} held-out tasks, "
+            f"{above}/{len(learner)} seeds above control, {minutes:.1f} min")

@@ -1,0 +1,142 @@
+"""bench/learning.py: its pieces that need no model, and one end-to-end run on real servers (slow)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+from learning_tasks import (  # noqa: E402
+    FIRST_INTEGER,
+    NUMBER_ONLY,
+    RECIPES,
+    Task,
+    addition_problems,
+    first_integer,
+    mean_sd,
+    split_tasks,
+    summary_line,
+)
+
+SUMMARY = re.compile(r"^(\w+): learner (\d+\.\d{3})±(\d+\.\d{3}) vs control (\d+\.\d{3})±(\d+\.\d{3}) "
+                     r"on (\d+) held-out tasks, (\d+)/(\d+) seeds above control, (\d+\.\d) min$")
+
+
+def _task(expected: int) -> Task:
+    return Task(id="t", prompt="What is ?", expected=str(expected), key="k")
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_train_gate_and_heldout_are_disjoint_problems(name, seed):
+    bench = RECIPES[name]
+    split = bench.split(seed)
+    train = {t.key for t in split.train}
+    gate = {t.key for t in split.gate}
+    held = {t.key for t in split.heldout}
+    assert not train & gate and not train & held and not gate & held
+    # disjoint as strings too: what the gate's contamination check compares
+    assert not {t.prompt for t in split.train} & {t.prompt for t in split.gate + split.heldout}
+    assert len(split.train) == bench.budget
+    assert len(split.gate) == len(gate) == bench.gate_tasks
+    assert len(split.heldout) == len(held) == bench.heldout_tasks
+
+
+def test_a_split_is_the_same_for_a_seed_and_differs_across_seeds():
+    bench = RECIPES["sao"]
+    assert bench.split(0) == bench.split(0)
+    assert bench.split(0).heldout != bench.split(1).heldout
+
+
+def test_a_split_with_too_few_problems_says_so():
+    with pytest.raises(ValueError, match="cannot fill"):
+        split_tasks(addition_problems(1, 2, "")(), 0, train=4, gate=2, heldout=2)
+
+
+def test_addition_problems_ask_and_answer_the_sum():
+    tasks = addition_problems(10, 99, "Answer with the number only.")()
+    assert len(tasks) == 90 * 90
+    t = next(t for t in tasks if t.id == "add-23-58")
+    assert t.prompt == "What is 23 + 58? Answer with the number only." and t.expected == "81"
+    assert t.key == next(u for u in tasks if u.id == "add-58-23").key
+
+
+@pytest.mark.parametrize("answer, first", [("81", 81), ("The answer is 81.", 81), ("23 + 58 = 81", 23),
+                                           ("-5 apples", -5), ("well - 81", 81), ("none", None), (None, None)])
+def test_first_integer(answer, first):
+    assert first_integer(answer) == first
+
+
+ANSWERS = ["81", " 81.\n", "81!", "It is 81.", "23 + 58 = 81", "810", "181", "-81", "well - 81", "8 1", "", "eighty-one",
+           "81 and 23", "Answer: 81"]
+
+
+@pytest.mark.parametrize("grader", [FIRST_INTEGER, NUMBER_ONLY], ids=lambda g: g.name)
+def test_the_gate_regex_grades_like_the_user(grader):
+    """The server's gate grades with the grader's regex (``re.search``, DOTALL); the simulated user
+    with the Python function: they must agree on every answer."""
+    task = _task(81)
+    for answer in ANSWERS:
+        gate = float(re.search(grader.pattern(task), answer, re.DOTALL) is not None)
+        assert gate == grader(answer, task), answer
+
+
+def test_graders_grade_exactly():
+    task = _task(81)
+    assert [FIRST_INTEGER(a, task) for a in ("81", "It is 81.", "23 + 58 = 81", "810", "-81", None)] == [1, 1, 0, 0, 0, 0]
+    assert [NUMBER_ONLY(a, task) for a in ("81", " 81. ", "It is 81.", "81 apples", None)] == [1, 1, 0, 0, 0]
+
+
+def test_mean_sd():
+    assert mean_sd([0.5]) == (0.5, 0.0)
+    mean, sd = mean_sd([0.2, 0.4, 0.6])
+    assert mean == pytest.approx(0.4) and sd == pytest.approx(0.2)  # sample standard deviation
+
+
+def test_summary_line_format():
+    line = summary_line("sao", [0.5, 0.75, 0.25], [0.375, 0.75, 0.125], 64, 17.26)
+    assert line == "sao: learner 0.500±0.250 vs control 0.417±0.315 on 64 held-out tasks, 2/3 seeds above control, 17.3 min"
+    assert SUMMARY.match(line)
+
+
+def test_registry_entries_are_complete():
+    assert {"sao", "feedback_rules"} <= set(RECIPES)
+    for name, bench in RECIPES.items():
+        assert bench.name == name and bench.recipe["name"] == name
+        assert bench.gate["name"] == "task_suite" and "tasks" not in bench.gate
+        assert bench.budget > 0 and bench.gate_tasks > 0 and bench.heldout_tasks > 0
+        for mode in bench.modes:
+            assert bench.recipe_config(mode)["name"] == name
+        tasks = bench.gate_tasks_config(bench.split(0).gate)
+        assert all(t["grader"] == "regex" and re.compile(t["pattern"]) for t in tasks)
+    assert RECIPES["sao"].recipe_config("grpo_dis")["mode"] == "grpo_dis"
+    assert RECIPES["sao"].temperature == 1.0
+    with pytest.raises(ValueError, match="no mode 'nope'"):
+        RECIPES["sao"].recipe_config("nope")
+
+
+def test_feedback_rules_users_write_the_rule_only_when_wrong():
+    bench = RECIPES["feedback_rules"]
+    assert bench.feedback(_task(81), "81", 1.0) is None
+    assert "number only" in bench.feedback(_task(81), "23 + 58 = 81", 0.0)
+
+
+@pytest.mark.slow
+def test_a_run_completes_and_prints_the_summary_line(tmp_path):
+    """One seed of feedback_rules on two real `reef serve` processes with the local model
+    (completes and reports; whether it learned is not asserted)."""
+    pytest.importorskip("reef_torch")
+    run = subprocess.run([sys.executable, str(BENCH / "learning.py"), "feedback_rules", "--seeds", "1", "--budget", "8",
+                          "--heldout", "16", "--gate-tasks", "8"],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.strip().splitlines()
+    assert "runtime local" in run.stdout
+    m = SUMMARY.match(lines[-1])
+    assert m and m.group(1) == "feedback_rules" and m.group(6) == "16" and m.group(8) == "1", lines[-1]
