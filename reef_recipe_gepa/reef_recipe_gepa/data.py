@@ -1,0 +1,163 @@
+"""GEPA's data in Reef: live reports are the train set, the scenario's task suite the validation set.
+
+A train example is one report quoting a record: the recorded request is the input, the recorded
+answer the output, the report's score its score and the report's feedback text what the
+reflection model reads (a sentence restating the score when the report has none). A validation
+example is one task of ``evaluator.tasks`` (``{id?, prompt | messages, system?, expected?,
+pattern?, grader?}``), graded as the ``task_suite`` evaluator grades it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from reef_core import Batch, ConfigError
+
+Grader = Callable[[str, Mapping[str, Any]], float]
+
+#: request fields that make no sense for an episode re-run by the recipe
+_DROP = ("stream", "stream_options", "n")
+
+
+def grade_exact(output: str, task: Mapping[str, Any]) -> float:
+    return float(output.strip() == str(task["expected"]).strip())
+
+
+def grade_contains(output: str, task: Mapping[str, Any]) -> float:
+    return float(str(task["expected"]).casefold() in output.casefold())
+
+
+def grade_regex(output: str, task: Mapping[str, Any]) -> float:
+    return float(re.search(task.get("pattern") or task["expected"], output, re.DOTALL) is not None)
+
+
+#: the graders every Reef has (``reef_core``'s built-in ``exact``, ``contains``, ``regex``)
+BUILTIN_GRADERS: dict[str, Grader] = {"exact": grade_exact, "contains": grade_contains, "regex": grade_regex}
+
+
+def graders_of(plugins: Any) -> dict[str, Grader]:
+    """The built-in graders and those plugins registered (``register_graders``)."""
+    graders = dict(BUILTIN_GRADERS)
+    registry = getattr(plugins, "registry", None) or {}
+    for name, reg in (registry.get("grader") or {}).items():
+        graders[name] = getattr(reg, "obj", reg)
+    return graders
+
+
+def default_feedback(score: float | None) -> str:
+    """The feedback of a report that gave a score and no text."""
+    if score is None:
+        return "The user gave no score and no feedback for this answer."
+    return f"The user scored this answer {score:.2f} on a scale from 0 (bad) to 1 (good) and gave no further feedback."
+
+
+def message_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type", "text") == "text")
+    return "" if content is None else str(content)
+
+
+def response_text(response: Mapping[str, Any] | None) -> str:
+    """The answer text of an OpenAI or Anthropic response body."""
+    if not response:
+        return ""
+    choices = response.get("choices")
+    if isinstance(choices, list) and choices:
+        return message_text((choices[0].get("message") or {}).get("content"))
+    return message_text(response.get("content"))
+
+
+def request_view(request: Mapping[str, Any]) -> str:
+    """The request as the reflection model reads it: its messages, one per line, roles named."""
+    lines = []
+    if request.get("system"):
+        lines.append(f"system: {message_text(request['system'])}")
+    for m in request.get("messages") or []:
+        if isinstance(m, dict):
+            lines.append(f"{m.get('role', 'user')}: {message_text(m.get('content'))}")
+    return "\n".join(lines)
+
+
+def train_examples(batch: Batch) -> list[dict[str, Any]]:
+    """One train example per report and quoted record with a request and an answer, oldest first."""
+    out = []
+    for exp in batch:
+        text = exp.feedback_text() if hasattr(exp, "feedback_text") else None
+        feedback = text or default_feedback(exp.score)
+        reference = {k: exp.metadata[k] for k in ("expected", "pattern", "grader")
+                     if isinstance(exp.metadata, Mapping) and exp.metadata.get(k)}
+        for rec in exp.records:
+            if not rec.request or not rec.request.get("messages"):
+                continue
+            request = {k: v for k, v in rec.request.items() if k not in _DROP}
+            out.append({"kind": "train", "id": f"{exp.report_id}/{rec.id}", "request": request,
+                        "answer": rec.response_text(), "release_id": rec.release_id, "score": exp.score,
+                        "feedback": feedback,
+                        "reference": reference})
+    return out
+
+
+def load_valset(tasks: Sequence[Mapping[str, Any]] | str | None, default_grader: str,
+                graders: Mapping[str, Grader], key: str) -> list[dict[str, Any]]:
+    """The validation tasks from ``evaluator.tasks`` (a list or a JSONL path); ConfigError naming ``key``."""
+    if not tasks:
+        raise ConfigError(f"recipe 'gepa' needs a validation set and {key} is not set: give the scenario's "
+                          f"task suite there (a list of {{prompt, expected}} tasks or a JSONL file path)")
+    if isinstance(tasks, (str, Path)):
+        path = Path(tasks).expanduser()
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise ConfigError(f"cannot read {key} file {str(path)!r}: {exc.strerror}") from None
+        try:
+            items = [json.loads(line) for line in lines if line.strip()]
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{key} file {str(path)!r} is not JSON Lines ({exc.msg})") from None
+    else:
+        items = [dict(t) for t in tasks]
+    if not items:
+        raise ConfigError(f"recipe 'gepa' needs a validation set and {key} holds no task")
+    out = []
+    for n, task in enumerate(items, 1):
+        if not isinstance(task, Mapping) or not (task.get("prompt") or task.get("messages")):
+            raise ConfigError(f"{key}: task {n} needs 'prompt' or 'messages'")
+        task = dict(task)
+        task.setdefault("id", f"task-{n}")
+        task.setdefault("grader", "regex" if task.get("pattern") else default_grader)
+        if task["grader"] not in graders:
+            raise ConfigError(f"{key}: task {task['id']!r} names unknown grader {task['grader']!r}; "
+                              f"available: {', '.join(sorted(graders))}")
+        out.append({"kind": "val", "id": str(task["id"]), "task": task})
+    return out
+
+
+def fingerprint(items: Sequence[Mapping[str, Any]]) -> str:
+    """What makes two validation sets the same (the archive's score vectors are per task)."""
+    return hashlib.sha256(json.dumps([i["task"] for i in items], sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def task_body(task: Mapping[str, Any], dialect: str, model: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """A validation task's request body in the runtime's dialect."""
+    messages = [dict(m) for m in (task.get("messages") or [{"role": "user", "content": task["prompt"]}])]
+    system = task.get("system")
+    if dialect == "anthropic":
+        rest = []
+        for m in messages:
+            if m.get("role") == "system":
+                system = (system + "\n\n" if system else "") + message_text(m.get("content"))
+            else:
+                rest.append(m)
+        body: dict[str, Any] = {"model": model, "max_tokens": 1024, "messages": rest, **params}
+        if system:
+            body["system"] = system
+        return body
+    if system:
+        messages.insert(0, {"role": "system", "content": system})
+    return {"model": model, "messages": messages, **params}
