@@ -59,3 +59,15 @@ def test_serve_refuses_a_scenario_without_a_validation_set(tmp_path):
         capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr
     assert "recipe 'gepa' needs a validation set and evaluator.tasks is not set" in result.stderr
+
+
+def test_an_openai_compatible_endpoint_reflects_through_dspy():
+    """`reflection: {url, model, api_key}` is a `dspy.LM`; GEPA gets a `prompt -> text` callable."""
+    from reef_recipe_gepa.models import DspyLM, reflection_model
+
+    with FakeUpstream("openai", lambda body: f"```\n{LESSON}\n```") as up:
+        lm = reflection_model({"url": up.url, "model": "reflector", "api_key": "k"}, None, max_tokens=64,
+                              timeout_s=30)
+        assert isinstance(lm, DspyLM)
+        assert LESSON in lm("I provided an assistant with the following instructions")
+        assert up.requests[-1]["model"] == "reflector"
