@@ -73,11 +73,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def server_config(bench: RecipeBench, mode: str | None, split: Split, *, learning: bool) -> dict[str, Any]:
+def server_config(bench: RecipeBench, mode: str | None, seed: int, split: Split, *, learning: bool) -> dict[str, Any]:
     """The YAML config file of one server (everything but the state dir, port and runtime)."""
     return {
         "server": {"default_scenario": SCENARIO, "log_level": "warning"},
-        "recipe": bench.recipe_config(mode),
+        "recipe": bench.recipe_config(mode, seed),
         "evaluator": {**bench.gate, "tasks": bench.gate_tasks_config(split.gate)},
         "loop": {"enabled": learning, "schedule_s": None},
     }
@@ -172,13 +172,15 @@ class ReefProcess:
         rows = self.http.get(f"/reef/scenarios/{SCENARIO}/candidates", params={"limit": 1000}).json()["candidates"]
         return Counter(c["status"] for c in rows)
 
-    def wait_settled(self, batch_size: int, timeout: float) -> bool:
-        """Wait until no growth step runs and fewer than a batch of reports is eligible (twice in a
-        row, a second apart, so a step about to start is not missed); False after ``timeout``."""
+    def wait_settled(self, timeout: float) -> bool:
+        """Wait until no growth step runs and fewer reports are eligible than the recipe's batch
+        (as the loop reports it), twice in a row a second apart so a step about to start is not
+        missed; False after ``timeout``."""
         deadline, calm = time.monotonic() + timeout, 0
         while time.monotonic() < deadline:
             loop = self.loop_state()
-            calm = calm + 1 if loop.get("state", "idle") == "idle" and loop.get("eligible", 0) < batch_size else 0
+            idle = loop.get("state", "idle") == "idle" and loop.get("eligible", 0) < loop.get("batch_size", 1)
+            calm = calm + 1 if idle else 0
             if calm >= 2:
                 return True
             time.sleep(1.0)
@@ -227,9 +229,9 @@ def drive(server: ReefProcess, bench: RecipeBench, tasks: list[Task], pool: Thre
 def run_seed(bench: RecipeBench, seed: int, *, budget: int, mode: str | None, runtime: Runtime,
              workdir: Path, log: Any = print) -> SeedResult:
     start = time.monotonic()
-    split = bench.split(seed, budget)
-    learner = ReefProcess(f"seed{seed}-learner", workdir, server_config(bench, mode, split, learning=True), runtime)
-    control = ReefProcess(f"seed{seed}-control", workdir, server_config(bench, mode, split, learning=False), runtime)
+    split = bench.split(seed, budget, mode)
+    learner = ReefProcess(f"seed{seed}-learner", workdir, server_config(bench, mode, seed, split, learning=True), runtime)
+    control = ReefProcess(f"seed{seed}-control", workdir, server_config(bench, mode, seed, split, learning=False), runtime)
     servers = (learner, control)
     try:
         for s in servers:
@@ -251,8 +253,7 @@ def run_seed(bench: RecipeBench, seed: int, *, budget: int, mode: str | None, ru
                     log(f"  seed {seed}: {done}/{len(split.train)} reports, traffic reward {reward / done:.3f}, "
                         f"learner loop {loop.get('state')} after {loop.get('steps', 0)} step(s) "
                         f"({time.monotonic() - start:.0f} s)")
-            batch = int(bench.recipe_config(mode).get("batch_size", 1))
-            settled = learner.wait_settled(batch, bench.settle_timeout_s)
+            settled = learner.wait_settled(bench.settle_timeout_s)
             if not settled:
                 log(f"  seed {seed}: learning had not settled after {bench.settle_timeout_s:.0f} s; measuring anyway")
             after = {s.name: accuracy(s, bench, split.heldout, pool) for s in servers}

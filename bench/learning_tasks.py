@@ -99,10 +99,11 @@ def addition_problems(low: int, high: int, suffix: str) -> Callable[[], list[Tas
     return problems
 
 
-def split_tasks(problems: list[Task], seed: int, *, train: int, gate: int, heldout: int) -> Split:
+def split_tasks(problems: list[Task], seed: int, *, train: int, gate: int, heldout: int, repeats: int = 1) -> Split:
     """Shuffle the problems with ``seed`` and deal them out: held-out first, then the gate, and the
-    training stream (``train`` questions, repeating only when the rest is smaller than that) from
-    what is left. Tasks sharing a key go to the same part."""
+    training stream from what is left: ``train`` questions, each asked ``repeats`` times in a row
+    (a group of rollouts of one prompt), a problem again only when the rest runs out. Tasks
+    sharing a key go to the same part."""
     groups: dict[str, list[Task]] = {}
     for t in problems:
         groups.setdefault(t.key, []).append(t)
@@ -119,7 +120,7 @@ def split_tasks(problems: list[Task], seed: int, *, train: int, gate: int, heldo
     held, gated, rest = keys[:heldout], keys[heldout:heldout + gate], keys[heldout + gate:]
     pool = [t for k in rest for t in groups[k]]
     rng.shuffle(pool)
-    stream = [pool[i % len(pool)] for i in range(train)]
+    stream = [pool[(i // repeats) % len(pool)] for i in range(train)]
     return Split(train=stream, gate=one_each(gated), heldout=one_each(held))
 
 
@@ -134,7 +135,9 @@ class RecipeBench:
     ``--mode`` value to options over it. ``gate`` is the ``task_suite`` evaluator's options (the
     bench adds ``tasks``). ``feedback(task, answer, score)`` is the text a user would write in the
     report (None: score only). ``temperature`` samples the training traffic; held-out accuracy is
-    always measured greedily."""
+    always measured greedily. A recipe option ``n_samples_per_prompt`` makes the user ask each
+    training question that many times in a row; ``seed_option`` names the recipe option that
+    gets the bench's seed."""
 
     name: str
     problems: Callable[[], list[Task]]
@@ -148,15 +151,18 @@ class RecipeBench:
     heldout_tasks: int = 64
     feedback: Callable[[Task, str | None, float], str | None] = lambda task, answer, score: None
     modes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seed_option: str | None = None
     settle_timeout_s: float = 600.0
     notes: str = ""
 
-    def recipe_config(self, mode: str | None) -> dict[str, Any]:
-        """The recipe config group with ``mode``'s options over the defaults."""
+    def recipe_config(self, mode: str | None, seed: int | None = None) -> dict[str, Any]:
+        """The recipe config group with ``mode``'s options over the defaults (and the bench's seed
+        in ``seed_option``, when the recipe takes one)."""
         if mode is not None and mode not in self.modes:
             known = ", ".join(sorted(self.modes)) or "none"
             raise ValueError(f"recipe {self.name!r} has no mode {mode!r} (modes: {known})")
-        return {**self.recipe, **(self.modes.get(mode) or {})}
+        seeded = {self.seed_option: seed} if self.seed_option and seed is not None else {}
+        return {**self.recipe, **(self.modes.get(mode) or {}), **seeded}
 
     def gate_tasks_config(self, tasks: list[Task]) -> list[dict[str, Any]]:
         """The gate's tasks as ``task_suite`` takes them, graded by this recipe's grader as a regex."""
@@ -166,9 +172,10 @@ class RecipeBench:
         """This entry with other task counts (``heldout_tasks``, ``gate_tasks``)."""
         return replace(self, **sizes)
 
-    def split(self, seed: int, budget: int | None = None) -> Split:
+    def split(self, seed: int, budget: int | None = None, mode: str | None = None) -> Split:
+        repeats = int(self.recipe_config(mode).get("n_samples_per_prompt") or 1)
         return split_tasks(self.problems(), seed, train=budget or self.budget, gate=self.gate_tasks,
-                           heldout=self.heldout_tasks)
+                           heldout=self.heldout_tasks, repeats=repeats)
 
 
 def _greedy_gate(**extra: Any) -> dict[str, Any]:
@@ -190,8 +197,11 @@ RECIPES: dict[str, RecipeBench] = {
         grade=FIRST_INTEGER,
         # a policy gradient from single scored rollouts needs the sampling logprobs: sampled traffic
         temperature=1.0,
-        recipe={"name": "sao", "batch_size": 8, "lr": 2e-4, "n_samples_per_prompt": 1},
-        modes={"sao": {"mode": "sao"}, "grpo_dis": {"mode": "grpo_dis"}},
+        # several optimizer steps per candidate so a gated change is large enough to measure
+        # (reef_recipe_sao/README.md); grpo_dis needs groups: 4 rollouts of each prompt in a row
+        recipe={"name": "sao", "batch_size": 8, "steps_per_candidate": 4, "lr": 2e-4, "n_samples_per_prompt": 1},
+        modes={"sao": {"mode": "sao"}, "grpo_dis": {"mode": "grpo_dis", "n_samples_per_prompt": 4}},
+        seed_option="seed",
         gate=_greedy_gate(),
         budget=256,
         notes="LoRA policy gradient from single scored rollouts",

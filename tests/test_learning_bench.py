@@ -54,6 +54,21 @@ def test_a_split_is_the_same_for_a_seed_and_differs_across_seeds():
     assert bench.split(0).heldout != bench.split(1).heldout
 
 
+def test_grouped_rollouts_ask_each_training_question_that_many_times_in_a_row():
+    bench = RECIPES["sao"]
+    assert bench.recipe_config("grpo_dis")["n_samples_per_prompt"] == 4
+    train = bench.split(0, 16, "grpo_dis").train
+    groups = [train[i:i + 4] for i in range(0, 16, 4)]
+    assert all(len({t.id for t in g}) == 1 for g in groups)
+    assert len({g[0].id for g in groups}) == 4
+    assert len({t.id for t in bench.split(0, 16).train}) == 16
+
+
+def test_the_seed_reaches_recipes_that_take_one():
+    assert RECIPES["sao"].recipe_config(None, 2)["seed"] == 2
+    assert "seed" not in RECIPES["feedback_rules"].recipe_config(None, 2)
+
+
 def test_a_split_with_too_few_problems_says_so():
     with pytest.raises(ValueError, match="cannot fill"):
         split_tasks(addition_problems(1, 2, "")(), 0, train=4, gate=2, heldout=2)
