@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from reef_core.testing import FakeUpstream, last_user_text, system_prompt
+
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
 
@@ -155,3 +157,25 @@ def test_a_run_completes_and_prints_the_summary_line(tmp_path):
     assert "runtime local" in run.stdout
     m = SUMMARY.match(lines[-1])
     assert m and m.group(1) == "feedback_rules" and m.group(6) == "16" and m.group(8) == "1", lines[-1]
+
+
+def _follows_rules(body):
+    """A model that adds correctly, and answers with the number alone only when its system prompt says so."""
+    a, b = map(int, re.findall(r"\d+", last_user_text(body))[:2])
+    return str(a + b) if "number only" in system_prompt(body).lower() else f"{a} + {b} = {a + b}"
+
+
+def test_an_endpoint_run_learns_a_rule_from_feedback_text(capsys):
+    """--endpoint: both servers on runtime=upstream; a model that follows the rule it is given
+    makes feedback_rules publish, the learner beat the control, and the table say so."""
+    import learning
+
+    with FakeUpstream("openai", _follows_rules) as up:
+        assert learning.main(["feedback_rules", "--seeds", "1", "--budget", "4", "--heldout", "6", "--gate-tasks", "4",
+                              "--endpoint", up.url, "--model", "fake-model"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert any(line.startswith("runtime upstream (fake-model at ") for line in out)
+    row = next(line.split() for line in out if line.split()[:1] == ["0"])
+    assert row[1:5] == ["0.000", "0.000", "0.000", "1.000"] and row[5] == "1", out
+    assert out[-1].startswith("feedback_rules: learner 1.000±0.000 vs control 0.000±0.000 on 6 held-out tasks, "
+                              "1/1 seeds above control, "), out[-1]
