@@ -56,6 +56,8 @@ class Runtime:
 
     overrides: tuple[str, ...]
     description: str
+    #: ``runtime`` options for the config file (a URL is safer there than on a Hydra command line)
+    options: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def choose(cls, endpoint: str | None, model: str | None) -> Runtime:
@@ -63,8 +65,8 @@ class Runtime:
             return cls(("runtime=local",), "local (the embedded SmolLM2-135M-Instruct, reef-torch)")
         if not model:
             raise SystemExit("Error: --endpoint needs --model, the model name the endpoint serves")
-        return cls(("runtime=upstream", f"runtime.upstream_url={endpoint}", f"runtime.model={model}"),
-                   f"upstream ({model} at {endpoint})")
+        return cls(("runtime=upstream",), f"upstream ({model} at {endpoint})",
+                   {"upstream_url": endpoint, "model": model})
 
 
 def _free_port() -> int:
@@ -95,6 +97,8 @@ class ReefProcess:
         self.token = secrets.token_urlsafe(16)
         self.url = f"http://127.0.0.1:{self.port}"
         config = {**config, "auth": {"tokens": [{"token": self.token, "role": "admin", "scenarios": None}]}}
+        if runtime.options:
+            config["runtime"] = dict(runtime.options)
         self.config_file = self.dir / "reef.yaml"
         self.config_file.write_text(yaml.safe_dump(config, sort_keys=False))
         self.log_path = self.dir / "serve.log"
