@@ -71,6 +71,21 @@ def _first_integer_pattern(task: Task) -> str:
     return rf"\A(?:[^\d-]|-(?!\d))*{re.escape(task.expected)}(?!\d)"
 
 
+def last_integer(text: str | None) -> int | None:
+    """The last integer written in ``text`` (``"23 + 58 = 81"`` → 81), None when there is none."""
+    found = _INT.findall(text or "")
+    return int(found[-1]) if found else None
+
+
+def _last_integer_is(answer: str | None, task: Task) -> float:
+    return 1.0 if last_integer(answer) == int(task.expected) else 0.0
+
+
+def _last_integer_pattern(task: Task) -> str:
+    # the expected number whole (no digit or minus before it), then nothing that starts a number
+    return rf"(?<![\d-]){re.escape(task.expected)}(?:[^\d-]|-(?!\d))*\Z"
+
+
 def _number_only(answer: str | None, task: Task) -> float:
     return 1.0 if (answer or "").strip().removesuffix(".").strip() == task.expected else 0.0
 
@@ -81,6 +96,9 @@ def _number_only_pattern(task: Task) -> str:
 
 #: the answer's first integer is the expected one (``"81"``, ``"It is 81."``; not ``"23 + 58 = 81"``)
 FIRST_INTEGER = Grader("first_integer", _first_integer_is, _first_integer_pattern)
+#: the answer's last integer is the expected one (``"81"``, ``"23 + 58 = 81"``, ``"81."``; not ``"81 + 1"``):
+#: what a reader takes as the answer, and what SmolLM2-135M's "a + b = c" replies can earn
+LAST_INTEGER = Grader("last_integer", _last_integer_is, _last_integer_pattern)
 #: the whole answer is the expected number, a full stop allowed (``"81"``, ``"81."``)
 NUMBER_ONLY = Grader("number_only", _number_only, _number_only_pattern)
 
@@ -194,7 +212,7 @@ RECIPES: dict[str, RecipeBench] = {
     "sao": RecipeBench(
         name="sao",
         problems=addition_problems(10, 99, "Answer with the number only."),
-        grade=FIRST_INTEGER,
+        grade=LAST_INTEGER,
         # a policy gradient from single scored rollouts needs the sampling logprobs: sampled traffic
         temperature=1.0,
         # several optimizer steps per candidate so a gated change is large enough to measure

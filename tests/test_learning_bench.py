@@ -16,6 +16,7 @@ sys.path.insert(0, str(BENCH))
 
 from learning_tasks import (  # noqa: E402
     FIRST_INTEGER,
+    LAST_INTEGER,
     NUMBER_ONLY,
     RECIPES,
     Task,
@@ -94,7 +95,7 @@ ANSWERS = ["81", " 81.\n", "81!", "It is 81.", "23 + 58 = 81", "810", "181", "-8
            "81 and 23", "Answer: 81"]
 
 
-@pytest.mark.parametrize("grader", [FIRST_INTEGER, NUMBER_ONLY], ids=lambda g: g.name)
+@pytest.mark.parametrize("grader", [FIRST_INTEGER, LAST_INTEGER, NUMBER_ONLY], ids=lambda g: g.name)
 def test_the_gate_regex_grades_like_the_user(grader):
     """The server's gate grades with the grader's regex (``re.search``, DOTALL); the simulated user
     with the Python function: they must agree on every answer."""
@@ -107,6 +108,7 @@ def test_the_gate_regex_grades_like_the_user(grader):
 def test_graders_grade_exactly():
     task = _task(81)
     assert [FIRST_INTEGER(a, task) for a in ("81", "It is 81.", "23 + 58 = 81", "810", "-81", None)] == [1, 1, 0, 0, 0, 0]
+    assert [LAST_INTEGER(a, task) for a in ("81", "23 + 58 = 81.", "81 + 1", "810", "-81", None)] == [1, 1, 0, 0, 0, 0]
     assert [NUMBER_ONLY(a, task) for a in ("81", " 81. ", "It is 81.", "81 apples", None)] == [1, 1, 0, 0, 0]
 
 
