@@ -19,40 +19,23 @@ import logging
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..kit.graders import BUILTIN_GRADERS, Grader, grade_contains, grade_exact, grade_regex
 from ..observe.experience import response_text
 from ..types import ActiveRelease, Candidate, Episode
 
 log = logging.getLogger("reef.commit")
 
-Grader = Callable[[str, dict[str, Any]], float]
+__all__ = ["BUILTIN_GRADERS", "Grader", "grade_contains", "grade_exact", "grade_regex"]  # re-exported
 
+# --------------------------------------------------------------------------- graders (reef_core.kit.graders)
 
-# --------------------------------------------------------------------------- graders
-
-
-def grade_exact(output: str, task: dict[str, Any]) -> float:
-    """1.0 when the answer equals ``expected`` (surrounding whitespace ignored)."""
-    return float(output.strip() == str(task["expected"]).strip())
-
-
-def grade_contains(output: str, task: dict[str, Any]) -> float:
-    """1.0 when ``expected`` occurs in the answer, ignoring case."""
-    return float(str(task["expected"]).casefold() in output.casefold())
-
-
-def grade_regex(output: str, task: dict[str, Any]) -> float:
-    """1.0 when ``pattern`` (or ``expected`` read as a pattern) matches somewhere in the answer."""
-    return float(re.search(task.get("pattern") or task["expected"], output, re.DOTALL) is not None)
-
-
-BUILTIN_GRADERS: dict[str, Grader] = {"exact": grade_exact, "contains": grade_contains, "regex": grade_regex}
 _NEEDS = {"exact": "expected", "contains": "expected", "regex": "pattern"}
 
 

@@ -12,6 +12,9 @@ where the code lives, not a separate surface. What is in the kit:
 - ``AiohttpTransport``, ``aiohttp_available`` — an ``httpx`` transport on aiohttp's connection
   pool, for a runtime's hot path to its model server (``reef_core.kit.http_transport``;
   imported on first use, so the kit does not import aiohttp until asked).
+- ``BUILTIN_GRADERS``, ``graders_of`` — the task graders (``exact``, ``contains``, ``regex``)
+  and the full set with the plugins' own, for a recipe that grades its own episodes the way
+  ``task_suite`` does (``reef_core.kit.graders``).
 - ``jsonfast`` — ``dumps`` (to bytes), ``loads``, ``nesting_depth``: orjson when installed,
   the standard library otherwise.
 
@@ -25,6 +28,7 @@ from typing import Any
 
 from . import jsonfast
 from .adapters import AdapterTable, Version, version_name
+from .graders import BUILTIN_GRADERS, graders_of
 from .urls import basic_auth, redact_url, split_url_credentials
 
 _LAZY = {"AiohttpTransport": "AiohttpTransport", "aiohttp_available": "available"}
@@ -40,11 +44,13 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "BUILTIN_GRADERS",
     "AdapterTable",
     "AiohttpTransport",
     "Version",
     "aiohttp_available",
     "basic_auth",
+    "graders_of",
     "jsonfast",
     "redact_url",
     "split_url_credentials",

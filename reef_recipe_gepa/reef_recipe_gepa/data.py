@@ -11,42 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from reef_core import Batch, ConfigError
-
-Grader = Callable[[str, Mapping[str, Any]], float]
+from reef_core import Batch, ConfigError, Grader
 
 #: request fields that make no sense for an episode re-run by the recipe
 _DROP = ("stream", "stream_options", "n")
-
-
-def grade_exact(output: str, task: Mapping[str, Any]) -> float:
-    return float(output.strip() == str(task["expected"]).strip())
-
-
-def grade_contains(output: str, task: Mapping[str, Any]) -> float:
-    return float(str(task["expected"]).casefold() in output.casefold())
-
-
-def grade_regex(output: str, task: Mapping[str, Any]) -> float:
-    return float(re.search(task.get("pattern") or task["expected"], output, re.DOTALL) is not None)
-
-
-#: the graders every Reef has (``reef_core``'s built-in ``exact``, ``contains``, ``regex``)
-BUILTIN_GRADERS: dict[str, Grader] = {"exact": grade_exact, "contains": grade_contains, "regex": grade_regex}
-
-
-def graders_of(plugins: Any) -> dict[str, Grader]:
-    """The built-in graders and those plugins registered (``register_graders``)."""
-    graders = dict(BUILTIN_GRADERS)
-    registry = getattr(plugins, "registry", None) or {}
-    for name, reg in (registry.get("grader") or {}).items():
-        graders[name] = getattr(reg, "obj", reg)
-    return graders
 
 
 def default_feedback(score: float | None) -> str:

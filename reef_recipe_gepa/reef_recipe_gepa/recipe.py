@@ -28,10 +28,11 @@ from gepa.strategies.eval_policy import FullEvaluationPolicy
 from gepa.utils import CompositeStopper, MaxMetricCallsStopper
 
 from reef_core import ActiveRelease, Batch, Candidate, ConfigError, Recipe
+from reef_core.kit import graders_of
 
 from . import archive
 from .adapter import ReefHarnessAdapter, component_texts, write_components
-from .data import fingerprint, graders_of, load_valset, train_examples
+from .data import fingerprint, load_valset, train_examples
 from .models import check_reflection, reflection_model
 
 log = logging.getLogger("reef.recipe.gepa")
