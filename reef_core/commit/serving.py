@@ -29,7 +29,7 @@ from ..store import RecordStore, Release
 from ..types import ActiveRelease
 from .artifacts import StoredRelease
 from .chain import ReleaseChain
-from .harness import HarnessCache, inject
+from .harness import HarnessCache
 
 log = logging.getLogger("reef.releases")
 
@@ -72,7 +72,7 @@ class ServingReleases:
         without a release. Harness files are parsed once per release and cached."""
         if release is None:
             return body
-        return inject(body, dialect, self.harness.get(release))
+        return self.harness.apply(body, dialect, release)
 
     # ------------------------------------------------------------------ changes
 
