@@ -27,12 +27,13 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..kit.graders import BUILTIN_GRADERS, Grader, grade_contains, grade_exact, grade_regex
+from ..kit.tasks import task_body
 from ..observe.experience import response_text
 from ..types import ActiveRelease, Candidate, Episode
 
 log = logging.getLogger("reef.commit")
 
-__all__ = ["BUILTIN_GRADERS", "Grader", "grade_contains", "grade_exact", "grade_regex"]  # re-exported
+__all__ = ["BUILTIN_GRADERS", "Grader", "grade_contains", "grade_exact", "grade_regex", "task_body"]  # re-exported
 
 # --------------------------------------------------------------------------- graders (reef_core.kit.graders)
 
@@ -86,26 +87,6 @@ def load_tasks(tasks: Sequence[dict[str, Any]] | str, default_grader: str,
                 raise ConfigError(f"evaluation task {task['id']!r} has an invalid pattern: {exc}") from None
         out.append(task)
     return out
-
-
-def task_body(task: dict[str, Any], dialect: str, model: str, params: dict[str, Any]) -> dict[str, Any]:
-    """The request body of a task in the runtime's dialect."""
-    messages = list(task.get("messages") or [{"role": "user", "content": task["prompt"]}])
-    system = task.get("system")
-    if dialect == "anthropic":
-        rest = []
-        for m in messages:
-            if m.get("role") == "system":
-                system = (system + "\n\n" if system else "") + str(m.get("content", ""))
-            else:
-                rest.append(m)
-        body: dict[str, Any] = {"model": model, "max_tokens": 1024, "messages": rest, **params}
-        if system:
-            body["system"] = system
-        return body
-    if system:
-        messages.insert(0, {"role": "system", "content": system})
-    return {"model": model, "messages": messages, **params}
 
 
 # --------------------------------------------------------------------------- serving conditions

@@ -15,6 +15,9 @@ where the code lives, not a separate surface. What is in the kit:
 - ``BUILTIN_GRADERS``, ``graders_of`` — the task graders (``exact``, ``contains``, ``regex``)
   and the full set with the plugins' own, for a recipe that grades its own episodes the way
   ``task_suite`` does (``reef_core.kit.graders``).
+- ``task_body``, ``content_text`` — a held-out task (``evaluator.tasks``) as a request body in the
+  runtime's dialect, and the plain text of a message's content, for a recipe that runs the
+  scenario's tasks itself and must ask what ``task_suite`` asks (``reef_core.kit.tasks``).
 - ``jsonfast`` — ``dumps`` (to bytes), ``loads``, ``nesting_depth``: orjson when installed,
   the standard library otherwise.
 
@@ -29,6 +32,7 @@ from typing import Any
 from . import jsonfast
 from .adapters import AdapterTable, Version, version_name
 from .graders import BUILTIN_GRADERS, graders_of
+from .tasks import content_text, task_body
 from .urls import basic_auth, redact_url, split_url_credentials
 
 _LAZY = {"AiohttpTransport": "AiohttpTransport", "aiohttp_available": "available"}
@@ -50,9 +54,11 @@ __all__ = [
     "Version",
     "aiohttp_available",
     "basic_auth",
+    "content_text",
     "graders_of",
     "jsonfast",
     "redact_url",
     "split_url_credentials",
+    "task_body",
     "version_name",
 ]

@@ -30,8 +30,9 @@ from typing import Any
 from gepa.core.adapter import EvaluationBatch
 
 from reef_core import ActiveRelease
+from reef_core.kit import task_body
 
-from .data import Grader, request_view, response_text, task_body
+from .data import Grader, request_view, response_text
 from .models import LanguageModel, judge
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from reef_core import Batch, ConfigError, Grader
+from reef_core.kit import content_text
 
 #: request fields that make no sense for an episode re-run by the recipe
 _DROP = ("stream", "stream_options", "n")
@@ -28,32 +29,24 @@ def default_feedback(score: float | None) -> str:
     return f"The user scored this answer {score:.2f} on a scale from 0 (bad) to 1 (good) and gave no further feedback."
 
 
-def message_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type", "text") == "text")
-    return "" if content is None else str(content)
-
-
 def response_text(response: Mapping[str, Any] | None) -> str:
     """The answer text of an OpenAI or Anthropic response body."""
     if not response:
         return ""
     choices = response.get("choices")
     if isinstance(choices, list) and choices:
-        return message_text((choices[0].get("message") or {}).get("content"))
-    return message_text(response.get("content"))
+        return content_text((choices[0].get("message") or {}).get("content"))
+    return content_text(response.get("content"))
 
 
 def request_view(request: Mapping[str, Any]) -> str:
     """The request as the reflection model reads it: its messages, one per line, roles named."""
     lines = []
     if request.get("system"):
-        lines.append(f"system: {message_text(request['system'])}")
+        lines.append(f"system: {content_text(request['system'])}")
     for m in request.get("messages") or []:
         if isinstance(m, dict):
-            lines.append(f"{m.get('role', 'user')}: {message_text(m.get('content'))}")
+            lines.append(f"{m.get('role', 'user')}: {content_text(m.get('content'))}")
     return "\n".join(lines)
 
 
@@ -114,22 +107,3 @@ def fingerprint(items: Sequence[Mapping[str, Any]]) -> str:
     """What makes two validation sets the same (the archive's score vectors are per task)."""
     return hashlib.sha256(json.dumps([i["task"] for i in items], sort_keys=True, default=str).encode()).hexdigest()[:16]
 
-
-def task_body(task: Mapping[str, Any], dialect: str, model: str, params: Mapping[str, Any]) -> dict[str, Any]:
-    """A validation task's request body in the runtime's dialect."""
-    messages = [dict(m) for m in (task.get("messages") or [{"role": "user", "content": task["prompt"]}])]
-    system = task.get("system")
-    if dialect == "anthropic":
-        rest = []
-        for m in messages:
-            if m.get("role") == "system":
-                system = (system + "\n\n" if system else "") + message_text(m.get("content"))
-            else:
-                rest.append(m)
-        body: dict[str, Any] = {"model": model, "max_tokens": 1024, "messages": rest, **params}
-        if system:
-            body["system"] = system
-        return body
-    if system:
-        messages.insert(0, {"role": "system", "content": system})
-    return {"model": model, "messages": messages, **params}

@@ -153,3 +153,11 @@ def test_keeps_the_recipe_contract(tmp_path):
                                  batch=report_batch(), context=make_ctx)
     assert first is not None and KEYWORD in (first.artifact_dir / "harness" / "system.md").read_text()
     assert second is None  # the kit serves the first candidate: nothing better is left to find
+
+
+def test_validation_episodes_ask_what_task_suite_asks():
+    """One copy of the task-to-request conversion: the kit's, as ``task_suite`` uses it."""
+    from reef_core.kit import task_body
+    from reef_recipe_gepa import adapter, data
+
+    assert adapter.task_body is task_body and not hasattr(data, "task_body")
