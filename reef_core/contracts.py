@@ -255,6 +255,10 @@ class Recipe(ABC):
     batch_size: int
     #: the evaluator used when the config picks none (``evaluator=recipe_default``)
     default_evaluator: str
+    #: per response token, how many of the policy's most likely tokens (ids and logprobs) the
+    #: runtime should record for this scenario's traffic (``InferenceCall.top_logprobs``); 0, the
+    #: default, records none, and serving does no extra work
+    top_logprobs: int = 0
 
     @abstractmethod
     def propose(self, batch: Batch, current: ActiveRelease | None, ctx: RecipeContext) -> Candidate | None:

@@ -160,6 +160,12 @@ class Reef:
         """
         return self.releases.apply_harness(body, dialect, release)
 
+    def top_logprobs(self, scenario: str) -> int:
+        """How many most likely tokens per response token the runtime records for ``scenario``'s
+        traffic (``InferenceCall.top_logprobs``): what its recipe asks for (``Recipe.top_logprobs``),
+        0 without a learning loop."""
+        return self.learning.top_logprobs(scenario) if self.learning is not None else 0
+
     def scenario_settings(self, scenario: str):
         return self.settings.scenarios.get(scenario)
 

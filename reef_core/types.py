@@ -52,7 +52,10 @@ class InferenceCall:
     ``body`` is a provider request body in ``dialect`` (the runtime's own dialect: the server
     translates before calling). A runtime may fill ``extras`` with what the record should keep
     beyond the response body: ``prompt_token_ids``, ``response_token_ids``, ``logprobs``
-    (per response token), ``adapter`` (the adapter version that produced them).
+    (per response token), ``adapter`` (the adapter version that produced them), and, when
+    ``top_logprobs`` is above 0, ``top_logprobs``: per response token the ``top_logprobs``
+    most likely tokens as ``[token_id, logprob]`` pairs, most likely first, in the convention
+    of ``logprobs`` (what the scenario's recipe asks for: ``Recipe.top_logprobs``).
     """
 
     scenario: str
@@ -61,6 +64,8 @@ class InferenceCall:
     dialect: str = "openai"
     release: ActiveRelease | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+    #: per response token, how many most likely tokens the runtime should record (0: none)
+    top_logprobs: int = 0
 
 
 @dataclass

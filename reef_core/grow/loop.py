@@ -55,6 +55,8 @@ class LearningLoop:
         self.settings = reef.settings
         self.workers: dict[str, ScenarioWorker] = {}
         self._plans: dict[str, ScenarioPlan] = {}
+        #: scenario → its recipe's ``top_logprobs`` (read on the request path: a dict lookup)
+        self._top_logprobs: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
         #: what retention removed per scenario since this process started, and when it last ran
@@ -80,6 +82,21 @@ class LearningLoop:
         if plan is None:
             plan = self._plans[scenario] = resolve_plan(self.reef, scenario)
         return plan
+
+    def top_logprobs(self, scenario: str) -> int:
+        """What ``scenario``'s recipe asks the runtime to record per response token
+        (``Recipe.top_logprobs``), resolved once per scenario; 0 when its plan cannot be built
+        (the growth step reports that error)."""
+        k = self._top_logprobs.get(scenario)
+        if k is None:
+            try:
+                k = max(int(self.plan(scenario).recipe.top_logprobs or 0), 0)
+            except Exception:
+                log.exception("could not resolve the recipe of scenario %s; its traffic records no top logprobs",
+                              scenario)
+                k = 0
+            self._top_logprobs[scenario] = k
+        return k
 
     # ------------------------------------------------------------------ hooks
 

@@ -49,6 +49,9 @@ class ExperienceRecord:
     seq: int | None = None
     #: the temperature ``logprobs`` were taken at (``log_softmax(logits / T)``), as the runtime said
     logprobs_temperature: float | None = None
+    #: per response token, the most likely tokens as ``[token_id, logprob]`` pairs (most likely
+    #: first, same convention as ``logprobs``) when the recipe asked for them, else None
+    top_logprobs: list[list[list[float]]] | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> ExperienceRecord:
@@ -59,6 +62,7 @@ class ExperienceRecord:
             content_hash=row.content_hash, prompt_token_ids=row.prompt_token_ids,
             response_token_ids=row.response_token_ids, logprobs=row.logprobs,
             adapter=row.adapter, seq=row.seq, logprobs_temperature=row.logprobs_temperature,
+            top_logprobs=row.top_logprobs,
         )
 
     @property

@@ -88,6 +88,7 @@ class Exchange:
             usage=usage_summary(response, self.dialect),
             prompt_token_ids=extras.get("prompt_token_ids"), response_token_ids=extras.get("response_token_ids"),
             logprobs=extras.get("logprobs"), logprobs_temperature=extras.get("logprobs_temperature"),
+            top_logprobs=extras.get("top_logprobs"),
             finish_reason=_text_column(extras.get("finish_reason") or _finish_reason(response), 32),
             adapter=extras.get("adapter"),
         )
@@ -124,7 +125,8 @@ def make_call(state: ServeState, ex: Exchange) -> InferenceCall:
             # Ask for usage so the record has it; the chunk is dropped unless the client asked.
             body = {**body, "stream_options": {**opts, "include_usage": True}}
     return InferenceCall(scenario=ex.scenario, record_id=ex.record_id, body=body,
-                         dialect=state.runtime_dialect, release=ex.release)
+                         dialect=state.runtime_dialect, release=ex.release,
+                         top_logprobs=state.reef.top_logprobs(ex.scenario))
 
 
 def _client_wants_usage(body: dict[str, Any]) -> bool:

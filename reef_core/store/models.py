@@ -65,6 +65,9 @@ class Record(SQLModel, table=True):
     # The temperature the logprobs were computed at (log_softmax(logits / T) of each sampled
     # token): weight recipes need it to recompute the same quantity under a new policy.
     logprobs_temperature: float | None = None
+    # Per response token, the policy's most likely tokens as [token_id, logprob] pairs, when the
+    # scenario's recipe asked the runtime for them (Recipe.top_logprobs); null otherwise.
+    top_logprobs: list | None = _json()
     finish_reason: str | None = Field(default=None, max_length=32)
     adapter: str | None = Field(default=None, max_length=200)
     content_hash: str | None = Field(default=None, max_length=64, index=True)
