@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from reef_train.sampling import make_generator, sample_rows
+from reef_train.sampling import make_generator, sample_rows, top_logprobs_rows
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,8 @@ class GenerationRequest:
     stream: bool = False
     on_leave: Callable[[], None] | None = None
     cancelled: bool = False
+    #: per response token, how many most likely tokens to report with their logprobs (0: none)
+    top_logprobs: int = 0
 
     def cancel(self) -> None:
         """Ask the engine to drop this sequence at the next step (client went away)."""
@@ -71,6 +73,8 @@ class GenerationResult:
     finish_reason: str  # "stop" | "length"
     prompt_tokens: int
     adapter: str | None
+    #: per response token ``[[token_id, logprob], ...]`` when the request asked for top logprobs
+    top_logprobs: list[list[list[float]]] | None = None
 
 
 @dataclass
@@ -79,6 +83,7 @@ class _Row:
     generator: torch.Generator
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    top: list[list[list[float]]] = field(default_factory=list)
     emitted: int = 0  # characters of text already streamed
 
     @property
@@ -273,10 +278,14 @@ class GenerationEngine:
             [r.req.top_p for r in rows],
             [r.generator for r in rows],
         )
+        ks = [r.req.top_logprobs for r in rows]
+        tops = top_logprobs_rows(logits, [r.req.temperature for r in rows], ks) if any(ks) else None
         finished: set[int] = set()
-        for row, tok, lp in zip(rows, tokens, logprobs):
+        for i, (row, tok, lp) in enumerate(zip(rows, tokens, logprobs)):
             row.tokens.append(tok)
             row.logprobs.append(lp)
+            if tops is not None and tops[i] is not None:
+                row.top.append(tops[i])
             if row.req.cancelled:
                 self._leave(row.req)
                 finished.add(id(row))
@@ -314,6 +323,7 @@ class GenerationEngine:
                 finish_reason=finish,
                 prompt_tokens=len(req.prompt_ids),
                 adapter=req.adapter,
+                top_logprobs=list(row.top) if req.top_logprobs > 0 else None,
             )
             self._leave(req)
             req.sink("done", result)

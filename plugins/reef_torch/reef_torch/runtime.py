@@ -75,7 +75,9 @@ class LocalRuntime(Runtime):
     token, including the final end-of-turn token), ``logprobs`` (one per response token; see
     ``reef_train.sampling`` for the convention), ``logprobs_temperature`` (the temperature
     they were taken at), ``adapter`` (``<scenario>@<release_id>`` or None for the base),
-    ``finish_reason``.
+    ``finish_reason``; and ``top_logprobs`` (per response token the ``call.top_logprobs`` most
+    likely tokens as ``[token_id, logprob]``, same convention) only when the call asks for them
+    (its scenario's recipe sets ``Recipe.top_logprobs``): other requests compute nothing extra.
     """
 
     dialect = "openai"
@@ -339,6 +341,7 @@ class LocalRuntime(Runtime):
             adapter=version.adapter,
             stream=stream,
             on_leave=lambda: self._release(version),
+            top_logprobs=max(int(call.top_logprobs or 0), 0),
         )
         try:
             self.engine.submit(req)
@@ -414,6 +417,8 @@ class LocalRuntime(Runtime):
                 "finish_reason": result.finish_reason,
             }
         )
+        if result.top_logprobs is not None:
+            call.extras["top_logprobs"] = result.top_logprobs
 
 
 def _as_call_error(exc: BaseException) -> RuntimeCallError:

@@ -63,3 +63,39 @@ async def test_recompute_matches_recorded_sampling_logprobs(tiny_model_dir, toke
         with torch.no_grad():
             ratios = importance_ratios(token_logprobs(policy, batch, t), batch.old_logprobs, batch.response_mask)
         assert torch.allclose(ratios, torch.ones_like(ratios), atol=1e-3)
+
+
+@pytest.mark.asyncio
+async def test_top_logprobs_only_when_asked_and_in_the_same_convention(tiny_model_dir, tokenizer):
+    rt = LocalRuntime(model=str(tiny_model_dir), device="cpu", batch_window_ms=50)
+
+    async def call(text: str, k: int, seed: int):
+        c = InferenceCall(scenario="s", record_id="r", top_logprobs=k,
+                          body={"messages": [{"role": "user", "content": text}], "max_tokens": 8,
+                                "temperature": 0.7, "seed": seed})
+        await rt.complete(c)
+        return c.extras
+
+    await rt.start()
+    # batched together: a row that asks next to one that does not
+    asked, plain = await asyncio.gather(call(PROMPTS[0], 4, 1), call(PROMPTS[1], 0, 2))
+    policy = load_trainable(rt.base_model())
+    await rt.aclose()
+    assert "top_logprobs" not in plain
+    top = asked["top_logprobs"]
+    assert len(top) == len(asked["response_token_ids"])
+    sample = Sample(asked["prompt_token_ids"], asked["response_token_ids"], asked["logprobs"])
+    batch = collate([sample], tokenizer.pad_token_id)
+    with torch.no_grad():
+        logits = policy(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[0, :-1]
+        logp = torch.log_softmax(logits.float() / 0.7, dim=-1)
+    start = len(sample.prompt_ids) - 1
+    for t, (pairs, tok, lp) in enumerate(zip(top, sample.response_ids, sample.logprobs)):
+        assert len(pairs) == 4
+        values = [v for _, v in pairs]
+        assert values == sorted(values, reverse=True)
+        expected = logp[start + t].topk(4)
+        assert [int(i) for i, _ in pairs] == expected.indices.tolist()
+        assert values == pytest.approx(expected.values.tolist(), abs=2e-4)
+        if tok in [int(i) for i, _ in pairs]:  # the sampled token's entry is its recorded logprob
+            assert dict((int(i), v) for i, v in pairs)[tok] == pytest.approx(lp, abs=1e-5)

@@ -6,6 +6,8 @@ sampled token under the temperature-scaled distribution ``log_softmax(logits / T
 decoding (``temperature == 0``) it is taken at ``T = 1``, i.e. ``log_softmax(logits)``.
 This is exactly what ``reef_train.token_logprobs(..., temperature=T)`` recomputes,
 so importance ratios between the recorded policy and the current one start at 1.
+``top_logprobs_rows`` gives the K most likely tokens of a row in the same convention (what
+``call.extras["top_logprobs"]`` holds when a recipe asks for them).
 """
 
 from __future__ import annotations
@@ -45,6 +47,28 @@ def sample_rows(
     index = torch.tensor(tokens, device=logp.device)[:, None]
     chosen = logp.gather(1, index).squeeze(1).tolist()
     return tokens, [float(x) for x in chosen]
+
+
+def top_logprobs_rows(logits: torch.Tensor, temperatures: list[float], ks: list[int]) -> list[list[list[float]] | None]:
+    """For each row of ``logits`` ``[B, V]`` with ``k > 0``: its ``k`` most likely tokens as
+    ``[token_id, logprob]`` pairs, most likely first, with the sampling convention
+    (``log_softmax(logits / T)``, ``T <= 0`` taken as 1); None for rows with ``k == 0``.
+    Only the rows that ask are computed."""
+    out: list[list[list[float]] | None] = [None] * len(ks)
+    rows = [i for i, k in enumerate(ks) if k > 0]
+    if not rows:
+        return out
+    index = torch.tensor(rows, device=logits.device)
+    temps = torch.tensor([temperatures[i] if temperatures[i] > 0 else 1.0 for i in rows], dtype=torch.float32,
+                         device=logits.device)
+    logp = torch.log_softmax(logits.index_select(0, index).float() / temps[:, None], dim=-1)
+    k_max = min(max(ks[i] for i in rows), logp.shape[-1])
+    values, ids = logp.topk(k_max, dim=-1)
+    values, ids = values.tolist(), ids.tolist()
+    for j, i in enumerate(rows):
+        k = min(ks[i], k_max)
+        out[i] = [[int(t), float(v)] for t, v in zip(ids[j][:k], values[j][:k])]
+    return out
 
 
 def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
