@@ -181,7 +181,8 @@ class GepaRecipe(Recipe):
             state.save(str(run_dir))  # GEPA resumes from its run directory
             state = engine.run()
             doc["merge"] = ({"due": merge.merges_due, "tested": merge.total_merges_tested,
-                             "performed": [list(x) for x in merge.merges_performed]} if merge else None)
+                             "performed": [list(x) for x in merge.merges_performed],
+                             "last_found": merge.last_iter_found_new_program} if merge else None)
         else:
             ctx.log.info("gepa: the total budget (%s metric calls) is spent; no GEPA iteration this step",
                          self.max_total_metric_calls)
@@ -266,12 +267,17 @@ class GepaRecipe(Recipe):
                 out = adapter.evaluate(batch, program, capture_traces=False)
                 return out.outputs, out.scores, out.objective_scores
 
+            # val_overlap_floor: GEPA merges two candidates only when both were scored on at least
+            # that many common validation tasks (5 by default), which a suite of fewer tasks never
+            # reaches. Here every candidate is scored on the whole suite, so the whole suite it is.
             merge = MergeProposer(logger=logger, valset=ensure_loader(valset), evaluator=evaluator, use_merge=True,
-                                  max_merge_invocations=self.max_merge_invocations, rng=rng, callbacks=[recorder])
+                                  max_merge_invocations=self.max_merge_invocations, val_overlap_floor=len(valset),
+                                  rng=rng, callbacks=[recorder])
             if merge_doc:
                 merge.merges_due = int(merge_doc["due"])
                 merge.total_merges_tested = int(merge_doc["tested"])
                 merge.merges_performed = tuple(list(archive.tuples(x)) for x in merge_doc["performed"])
+            recorder.resume_merge(merge, bool((merge_doc or {}).get("last_found")))
         engine = GEPAEngine(
             adapter=adapter, run_dir=str(run_dir), valset=valset, seed_candidate=state.program_candidates[0],
             perfect_score=self.perfect_score, seed=self.seed, reflective_proposer=reflective, merge_proposer=merge,
@@ -373,17 +379,34 @@ class _Log(LoggerProtocol):
 
 
 class _Recorder:
-    """A GEPA callback that records, per accepted candidate, what made it: its parents, the
-    component mutated, the minibatch scores and the reflection model's raw answer."""
+    """A GEPA callback that records, per accepted candidate, what made it: its parents (and a
+    merge's common ancestor), the component mutated, the minibatch scores and the reflection
+    model's raw answer.
+
+    It also carries GEPA's merge schedule across growth steps. The engine clears the merge
+    proposer's "the last iteration found a new program" flag when it starts, and a merge is only
+    tried in the iteration right after one that found a program; with one engine per growth step,
+    a candidate accepted in a step's last iteration (the usual case: its validation spends what
+    is left of the budget) would never be followed by the merge GEPA scheduled for it. The flag
+    the previous step ended with is set back when the step's first iteration starts, just before
+    the engine reads it."""
 
     def __init__(self) -> None:
         self.accepted: dict[int, dict[str, Any]] = {}
         self._state: Any = None
         self._iteration: dict[str, Any] = {}
+        self._merge: Any = None
+        self._merge_flag = False
+
+    def resume_merge(self, merge: MergeProposer, last_found: bool) -> None:
+        self._merge, self._merge_flag = merge, last_found
 
     def on_iteration_start(self, event: Any) -> None:
         self._state = event["state"]
         self._iteration = {"iteration": event["iteration"]}
+        if self._merge is not None:
+            self._merge.last_iter_found_new_program = self._merge_flag
+            self._merge = None
 
     def on_candidate_selected(self, event: Any) -> None:
         self._iteration["parent"] = event["candidate_idx"]
@@ -398,10 +421,12 @@ class _Recorder:
         trace = self._state.full_program_trace[-1] if self._state is not None and self._state.full_program_trace else {}
         merged = bool(trace.get("merged"))
         components = self._iteration.get("components") or []
+        entities = trace.get("merged_entities") if merged else None
         self.accepted[int(event["new_candidate_idx"])] = {
             "kind": "merge" if merged else "reflective",
             "iteration": self._iteration.get("iteration"),
             "parents": [p for p in event["parent_ids"] if p is not None],
+            **({"ancestor": int(entities[2])} if entities else {}),
             "component": None if merged else (components[0] if len(components) == 1 else components),
             "minibatch_before": (trace.get("id1_subsample_scores") if merged else trace.get("subsample_scores")),
             "minibatch_after": (trace.get("new_program_subsample_scores") if merged

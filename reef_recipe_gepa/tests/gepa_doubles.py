@@ -62,6 +62,36 @@ class ScriptedReflection:
         return "```\nAnswer carefully.\n```"
 
 
+class WordsTaskModel:
+    """A task model for merge: the answer names every word of ``words`` the release's harness
+    holds, in any component, so two components can each teach part of the validation set."""
+
+    def __init__(self, words: tuple[str, ...]) -> None:
+        self.words = words
+        self.calls = 0
+
+    def complete(self, body: dict[str, Any], release: ActiveRelease | None, *, timeout_s: float | None = None):
+        self.calls += 1
+        harness = harness_text(release)
+        text = "I say " + (" ".join(w for w in self.words if w in harness) or "nothing") + "."
+        return {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
+
+
+class RewritingReflection:
+    """A reflection model that rewrites a component's current text by a fixed table (anything
+    else becomes a harmless instruction). Records every prompt."""
+
+    def __init__(self, rewrites: dict[str, str]) -> None:
+        self.rewrites = rewrites
+        self.prompts: list[str] = []
+
+    def __call__(self, prompt: Any) -> str:
+        text = prompt if isinstance(prompt, str) else str(prompt)
+        self.prompts.append(text)
+        current = text.split("```\n", 1)[1].split("\n```", 1)[0].strip()  # GEPA quotes the current text first
+        return f"```\n{self.rewrites.get(current, 'Answer carefully.')}\n```"
+
+
 def settings_with_tasks(state_dir: Path, tasks: list[dict[str, Any]] | None = TASKS, evaluator: str = "task_suite"):
     config = Path(state_dir).parent / f"{Path(state_dir).name}-reef.yaml"
     data: dict[str, Any] = {"recipe": {"name": "gepa"}, "evaluator": {"name": evaluator}}
