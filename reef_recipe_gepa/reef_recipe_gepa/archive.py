@@ -10,6 +10,11 @@ Every candidate artifact carries a copy (``gepa/state.json``), so the state foll
 chain; the recipe also keeps a working copy in the state directory, so a step whose candidate is
 not published (nothing better found, or the gate rejected it) loses nothing. The newer of the two
 (more metric calls spent) wins. JSON rather than GEPA's pickle: an artifact never runs code.
+
+The document's size follows the archive's (each candidate brings its texts, validation scores and
+lineage with the reflection's raw answer); everything else in it is bounded. ``prune`` keeps the
+archive to the recipe's ``max_archive`` candidates, so the copy every release carries stays bounded
+over any number of growth steps.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gepa.core.state import GEPAState
+from gepa.gepa_utils import find_dominator_programs
 
 FORMAT = "reef-gepa/1"
 STATE_FILE = Path("gepa") / "state.json"
@@ -114,3 +120,89 @@ def newest(*docs: dict[str, Any] | None) -> dict[str, Any] | None:
 def mean(scores: dict[Any, float], n: int) -> float:
     """A candidate's validation mean over the ``n`` tasks (a task it was not scored on counts 0)."""
     return sum(scores.values()) / n if n else 0.0
+
+
+def prune(doc: dict[str, Any], keep_at_most: int) -> list[int]:
+    """Drop candidates from the archive of ``doc`` until ``keep_at_most`` are left; the old
+    indices of the dropped ones, ascending (none when the archive is within the bound).
+
+    Kept first, in this order: the served candidate, the best validation mean, the candidates
+    GEPA draws parents and merge pairs from (its Pareto front less the dominated programs), then
+    the rest by validation mean, newer first on ties. Kept candidates keep their order and are
+    renumbered; every index in the document follows (parents, lineage, the served and pending
+    ones, the gate's rejections, the merge log). A parent that was dropped is replaced by its
+    nearest kept ancestors, so GEPA's merge still finds common ancestors; the Pareto fronts are
+    recomputed over what is kept.
+    """
+    if keep_at_most < 1:
+        raise ValueError("an archive keeps at least one candidate (the served one)")
+    st = doc["state"]
+    n = len(st["program_candidates"])
+    if n <= keep_at_most:
+        return []
+    tasks = len(st["pareto_front_valset"])
+    means = [mean(s, tasks) for s in st["prog_candidate_val_subscores"]]
+    served = int(doc["served"])
+    best = max(range(n), key=lambda i: (means[i], i == served, -i))
+    fronts = {k: set(v) for k, v in st["program_at_pareto_front_valset"].items()}
+    leading = set(find_dominator_programs(fronts, means))
+    order = sorted(range(n), key=lambda i: (i != served, i != best, i not in leading, -means[i], -i))
+    keep = sorted(order[:keep_at_most])
+    new = {old: k for k, old in enumerate(keep)}
+
+    # parents, resolved through dropped candidates to their nearest kept ancestors (a parent's
+    # index is always below its child's, so one pass in index order resolves every chain)
+    resolved: list[list[int]] = []
+    for parents in st["parent_program_for_candidate"]:
+        out: list[int] = []
+        for p in parents:
+            if p is None:
+                continue
+            for q in ([new[p]] if p in new else resolved[p]):
+                if q not in out:
+                    out.append(q)
+        resolved.append(out)
+
+    def parents_of(i: int) -> list[Any]:
+        return resolved[i] or ([None] if None in st["parent_program_for_candidate"][i] else [])
+
+    for key in ("program_candidates", "prog_candidate_val_subscores", "prog_candidate_objective_scores",
+                "named_predictor_id_to_update_next_for_program_candidate", "num_metric_calls_by_discovery"):
+        st[key] = [st[key][i] for i in keep]
+    st["parent_program_for_candidate"] = [parents_of(i) for i in keep]
+    st["pareto_front_valset"], st["program_at_pareto_front_valset"] = _front(st["prog_candidate_val_subscores"])
+    st["objective_pareto_front"], st["program_at_pareto_front_objectives"] = _front(
+        st["prog_candidate_objective_scores"])
+
+    doc["served"] = new[served]
+    if doc.get("pending") is not None:
+        doc["pending"] = new.get(int(doc["pending"]))
+    doc["gate_rejected"] = [new[i] for i in doc.get("gate_rejected") or [] if i in new]
+    lineage = {}
+    for old, k in new.items():
+        entry = dict(doc["lineage"].get(str(old)) or {})
+        entry["parents"] = [p for p in parents_of(old) if p is not None]
+        if entry.get("ancestor") is not None:
+            entry["ancestor"] = new.get(int(entry["ancestor"]))
+        lineage[str(k)] = entry
+    doc["lineage"] = lineage
+    if doc.get("merge"):
+        def kept(item: Any) -> bool:
+            return all(kept(x) for x in item) if isinstance(item, (list, tuple)) else item in new
+
+        def renumber(item: Any) -> Any:
+            return [renumber(x) for x in item] if isinstance(item, (list, tuple)) else new[item]
+
+        doc["merge"]["performed"] = [[renumber(x) for x in log if kept(x)] for log in doc["merge"]["performed"]]
+    dropped = [i for i in range(n) if i not in new]
+    doc["pruned"] = int(doc.get("pruned", 0)) + len(dropped)
+    return dropped
+
+
+def _front(scores: list[dict[str, float]]) -> tuple[dict[str, float], dict[str, list[int]]]:
+    """The best score per key over ``scores`` (one dict per candidate) and the candidates that have it."""
+    best: dict[str, float] = {}
+    for s in scores:
+        for k, v in s.items():
+            best[k] = max(best.get(k, v), v)
+    return best, {k: [i for i, s in enumerate(scores) if k in s and s[k] == v] for k, v in best.items()}

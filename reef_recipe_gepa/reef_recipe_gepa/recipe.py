@@ -55,7 +55,7 @@ class GepaRecipe(Recipe):
                  seed: int = 0, reflection: Any = "runtime", reflection_max_tokens: int = 2048,
                  judge: Literal["reflection", "none"] = "reflection", max_train: int = 50,
                  params: dict[str, Any] | None = None, episode_timeout_s: float = 120.0, concurrency: int = 4,
-                 state_dir: Any = None, plugins: Any = None):
+                 max_archive: int | None = 50, state_dir: Any = None, plugins: Any = None):
         if batch_size < 1:
             raise ValueError("batch_size must be 1 or more")
         if minibatch_size < 1:
@@ -77,6 +77,9 @@ class GepaRecipe(Recipe):
         check_reflection(reflection)
         if max_train < 1 or concurrency < 1 or episode_timeout_s <= 0:
             raise ValueError("max_train and concurrency must be 1 or more, episode_timeout_s positive")
+        if max_archive is not None and max_archive < 2:
+            raise ValueError(f"max_archive must be 2 or more (the served candidate and a better one), or null "
+                             f"(no limit), not {max_archive}")
         self.batch_size = batch_size
         self.components = list(components) if components else None
         self.max_metric_calls = int(max_metric_calls)
@@ -96,6 +99,7 @@ class GepaRecipe(Recipe):
         self.params = dict(params or {})
         self.episode_timeout_s = float(episode_timeout_s)
         self.concurrency = concurrency
+        self.max_archive = max_archive
         self.state_dir = Path(state_dir) if state_dir is not None else None
         self.graders = graders_of(plugins)
 
@@ -188,6 +192,13 @@ class GepaRecipe(Recipe):
                          self.max_total_metric_calls)
         for idx, info in recorder.accepted.items():
             doc["lineage"][str(idx)] = info
+        if self.max_archive is not None:
+            doc["state"] = archive.state_to_json(state)
+            dropped = archive.prune(doc, self.max_archive)
+            if dropped:
+                state = archive.state_from_json(doc["state"])
+                ctx.log.info("gepa: the archive keeps %d candidates (max_archive); dropped %d", self.max_archive,
+                             len(dropped))
         doc["rng"] = archive.rng_to_json(rng)
         doc["steps"] = int(doc.get("steps", 0)) + 1
         budget = {"step_limit": self.max_metric_calls, "step_used": state.total_num_evals - used_before,
