@@ -26,7 +26,7 @@ from .plugins import Plugins, instantiate
 from .protocols import conform
 from .runtime import Runtime
 from .store import RecordStore
-from .types import ActiveRelease, PublishedRelease
+from .types import ActiveRelease, PublishedRelease, StoredReport
 
 if TYPE_CHECKING:
     from .grow import LearningLoop
@@ -141,6 +141,28 @@ class Reef:
                 hook(**kwargs)
             except Exception:
                 log.exception("observer hook %s failed", event)
+
+    def store_report(self, scenario: str, references: list[str], *, score: float | None = None,
+                     feedback: Any = None, metadata: dict[str, Any] | None = None,
+                     report_id: str | None = None) -> tuple[StoredReport, bool]:
+        """Store a report as ``POST /reef/report`` does and tell observers when it is new
+        (``report_stored``, which wakes the scenario's learning): for plugins that compute
+        feedback from traffic instead of receiving it. Blocking (call it from a thread).
+
+        ``report_id`` makes it idempotent (same id and body: the stored report, ``created``
+        False; other body: ``ConflictError``); a reference that is no record of ``scenario`` is a
+        ``NotFoundError``. Returns ``(the stored report, created)``."""
+        from .store import RecordStore, Report, new_id
+
+        content = {"score": score, "feedback": feedback, "references": list(references), "metadata": metadata}
+        row = Report(id=report_id or new_id("rpt"), scenario=scenario, score=score, feedback=feedback,
+                     references=list(references), meta=metadata,
+                     body_hash=RecordStore.report_body_hash({"scenario": scenario, **content}))
+        stored, created = self.store.add_report(row)
+        report = StoredReport.from_row(stored)
+        if created:
+            self.emit("report_stored", report=report)
+        return report, created
 
     def _published(self, row: Any) -> None:
         if self.observed("release_published"):

@@ -1,0 +1,254 @@
+"""``OpenClawRecipe``: learn from what happens next (OpenClaw-RL) on the served model's LoRA.
+
+The experience is *computed*: the recipe's ``TurnProcessor`` (``processor.py``) turns served
+traffic into judged turns and stores each one that trains as a report; explicit reports quoting
+a record work too (their score is the reward, their feedback text a hint). ``propose`` trains
+one batch of them (``learner.py``) and returns the new adapter; the candidate's metadata and
+one line of ``prm_record_file`` per batch say, for every turn, the judge's votes, the hints,
+the reward and the dispatch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from reef_core import ActiveRelease, Batch, Candidate, Experience, Recipe, RecipeContext, require_trainable
+
+from .dispatch import dispatch
+from .judge import check_judge_spec, judge_spec
+from .learner import Learner, LearnerOptions, TrainTurn, teacher_prompt_ids
+from .loss import HINT_SELECTIONS
+from .prm import MIN_HINT_CHARS
+from .processor import METADATA_KEY, ProcessorOptions, TurnProcessor, capture_problem
+
+HintSelection = Literal["shortest", "token_optimal", "sequence_optimal"]
+SubsetMode = Literal["student", "teacher", "overlap"]
+
+
+class OpenClawRecipe(Recipe):
+    """Binary RL from a judge's verdict on the next state plus hindsight-guided distillation."""
+
+    update_target = "adapter"
+    default_evaluator = "always"  # as the reference runs it: every step hot-swaps
+
+    def __init__(
+        self,
+        batch_size: int = 16,
+        max_staleness: int = 0,
+        session_ttl_s: float = 900.0,
+        max_open_sessions: int = 1000,
+        main_turn_requires_tools: bool = False,
+        judge: dict[str, Any] | None = None,
+        prm_m: int = 3,
+        prm_temperature: float = 0.6,
+        prm_max_tokens: int = 1024,
+        prm_timeout_s: float = 120.0,
+        prm_concurrency: int = 8,
+        prm_max_hint_candidates: int = 3,
+        prm_record_file: str = "",
+        top_k: int = 4,
+        w_rl: float = 1.0,
+        w_opd: float = 1.0,
+        adv_diff_clip: float = 1.0,
+        hint_selection: HintSelection = "sequence_optimal",
+        subset_mode: SubsetMode = "student",
+        clip_low: float = 0.2,
+        clip_high: float = 0.28,
+        lr: float = 1e-5,
+        weight_decay: float = 0.1,
+        steps_per_batch: int = 1,
+        lora_rank: int = 16,
+        lora_alpha: int = 32,
+        lora_lm_head: bool = False,
+        max_grad_norm: float = 1.0,
+        device: str = "auto",
+        seed: int = 0,
+        state_dir: str | Path | None = None,
+    ):
+        problems = []
+        if batch_size < 1 or steps_per_batch < 1:
+            problems.append("batch_size and steps_per_batch must be 1 or more")
+        if max_staleness < 0:
+            problems.append("max_staleness must be 0 or more")
+        if session_ttl_s <= 0 or max_open_sessions < 1:
+            problems.append("session_ttl_s must be above 0 and max_open_sessions 1 or more")
+        if prm_m < 1 or prm_concurrency < 1 or prm_max_tokens < 1 or prm_timeout_s <= 0:
+            problems.append("prm_m, prm_concurrency and prm_max_tokens must be 1 or more, prm_timeout_s above 0")
+        if prm_temperature < 0 or prm_max_hint_candidates < 0:
+            problems.append("prm_temperature and prm_max_hint_candidates must be 0 or more")
+        if top_k < 1:
+            problems.append("top_k must be 1 or more (the student's top-K tokens OPD distils over)")
+        if w_rl < 0 or w_opd < 0 or w_rl + w_opd == 0:
+            problems.append("w_rl and w_opd must be 0 or more, and not both 0")
+        if adv_diff_clip <= 0 or not 0 < clip_low < 1 or clip_high <= 0:
+            problems.append("adv_diff_clip and clip_high must be above 0, clip_low in (0, 1)")
+        if hint_selection not in HINT_SELECTIONS:
+            problems.append(f"hint_selection must be one of {', '.join(HINT_SELECTIONS)}")
+        if subset_mode not in ("student", "teacher", "overlap"):
+            problems.append("subset_mode must be student, teacher or overlap")
+        if lr <= 0 or weight_decay < 0 or lora_rank < 1 or lora_alpha < 1 or max_grad_norm <= 0:
+            problems.append("lr, lora_rank, lora_alpha and max_grad_norm must be above 0, weight_decay 0 or more")
+        if problems:
+            raise ValueError("; ".join(problems))
+        check_judge_spec(judge)
+        self.batch_size = int(batch_size)
+        self.max_staleness = int(max_staleness)
+        self.judge = judge if judge is not None else {"name": "runtime"}
+        #: the runtime records this many top logprobs per response token for this scenario's traffic
+        self.top_logprobs = int(top_k)
+        self.processor_options = ProcessorOptions(
+            session_ttl_s=float(session_ttl_s), max_open_sessions=int(max_open_sessions),
+            main_turn_requires_tools=bool(main_turn_requires_tools), prm_m=int(prm_m),
+            prm_temperature=float(prm_temperature), prm_max_tokens=int(prm_max_tokens),
+            prm_timeout_s=float(prm_timeout_s), prm_concurrency=int(prm_concurrency),
+            prm_max_hint_candidates=int(prm_max_hint_candidates), top_k=int(top_k))
+        self.learner_options = LearnerOptions(
+            w_rl=float(w_rl), w_opd=float(w_opd), adv_diff_clip=float(adv_diff_clip), hint_selection=hint_selection,
+            subset_mode=subset_mode, clip_low=float(clip_low), clip_high=float(clip_high), lr=float(lr),
+            weight_decay=float(weight_decay), steps_per_batch=int(steps_per_batch), lora_rank=int(lora_rank),
+            lora_alpha=int(lora_alpha), lora_lm_head=bool(lora_lm_head), max_grad_norm=float(max_grad_norm),
+            device=str(device), seed=int(seed))
+        self.state_root = Path(state_dir) / "openclaw" if state_dir is not None else None
+        self.prm_record_file = prm_record_file
+
+    @property
+    def filters(self) -> list[Any]:
+        return [("freshness", {"max_behind": self.max_staleness})]
+
+    # ------------------------------------------------------------------ computed feedback
+
+    def scenario_dir(self, scenario: str) -> Path | None:
+        return self.state_root / _safe(scenario) if self.state_root is not None else None
+
+    def processor(self, scenario: str, judge: Any, store_report: Any) -> TurnProcessor:
+        """The computed-feedback processor of ``scenario`` (``service.py`` builds one per scenario)."""
+        return TurnProcessor(scenario, self.processor_options, judge, store_report, self.scenario_dir(scenario))
+
+    def record_file(self, scenario: str) -> Path | None:
+        """Where each batch's line goes: ``prm_record_file``, else ``<state>/openclaw/<scenario>/batches.jsonl``."""
+        if self.prm_record_file:
+            return Path(self.prm_record_file)
+        d = self.scenario_dir(scenario)
+        return d / "batches.jsonl" if d is not None else None
+
+    # ------------------------------------------------------------------ propose
+
+    def turn_of(self, exp: Experience) -> tuple[str | None, dict[str, Any], TrainTurn | None]:
+        """(why it does not train, its entry, the turn) for one experience of the batch."""
+        meta = exp.metadata.get(METADATA_KEY) if isinstance(exp.metadata, dict) else None
+        if len(exp.records) != 1:
+            return "multi_reference", {"report_id": exp.report_id}, None
+        rec = exp.records[0]
+        if isinstance(meta, dict):  # computed: the judge already dispatched it
+            entry = {**meta, "record_id": rec.id, "report_id": exp.report_id, "source": "judge"}
+            hints = [h for h in meta.get("hints") or [] if isinstance(h, str)]
+            d = dispatch(int(meta.get("eval_score", 0)), hints)
+            reward = float(exp.score) if exp.score is not None else d.reward
+        else:  # an explicit report: its score is the reward, its feedback text a hint
+            score = exp.score
+            if score is None or isinstance(score, bool) or not math.isfinite(score):
+                return "unscored", {"record_id": rec.id, "report_id": exp.report_id}, None
+            text = exp.feedback_text()
+            hints = [text] if len(text) > MIN_HINT_CHARS else []
+            d = dispatch(int(math.copysign(1, score)) if score else 0, hints)
+            reward = float(score)
+            entry = {"record_id": rec.id, "source": "report", "report_id": exp.report_id, "hints": hints,
+                     "dispatch": d.outcome, "reward": reward}
+        entry["dispatch"] = d.outcome
+        if not d.trains:
+            return "retired", entry, None
+        problem = capture_problem(rec, self.top_logprobs)
+        if problem == "no_tokens":
+            return problem, entry, None
+        topk = None if problem else [[int(pair[0]) for pair in tok] for tok in rec.top_logprobs]
+        turn = TrainTurn(record_id=rec.id, prompt_ids=list(rec.prompt_token_ids),
+                         response_ids=list(rec.response_token_ids), temperature=record_temperature(rec),
+                         reward=reward, topk_ids=topk, hints=list(d.teachers),
+                         logprobs=[float(x) for x in rec.logprobs])
+        return None, entry, turn
+
+    def propose(self, batch: Batch, current: ActiveRelease | None, ctx: RecipeContext) -> Candidate | None:
+        entries, turns, dropped = [], [], {}
+        for exp in batch:
+            reason, entry, turn = self.turn_of(exp)
+            entries.append(entry)
+            if reason:
+                dropped[reason] = dropped.get(reason, 0) + 1
+                entry["trained"] = False
+                entry["why_not"] = reason
+            else:
+                entry["trained"] = True
+                turns.append((exp, turn))
+        record = {"at": time.time(), "scenario": batch.scenario, "base_release_id": current.release_id if current
+                  else None, "turns": entries, "dropped": dropped,
+                  "dispatch": _count(e.get("dispatch") for e in entries),
+                  "reward_mean": (sum(t.reward for _, t in turns) / len(turns)) if turns else None}
+        if not turns:
+            ctx.log.info("openclaw: nothing to train in this batch (%s)", dropped)
+            self._write_record(batch.scenario, {**record, "candidate": False})
+            return None
+        runtime = require_trainable(ctx.runtime, ctx.recipe)
+        base = runtime.base_model()
+        from reef_train import load_tokenizer
+
+        tokenizer = load_tokenizer(base)
+        for exp, turn in turns:
+            rec = exp.records[0]
+            turn.teacher_prompts = [turn.prompt_ids if hint is None else
+                                    teacher_prompt_ids(tokenizer, rec.request or {}, rec.route, hint)
+                                    for hint in turn.hints]
+        with ctx.progress.task(f"openclaw: {len(turns)} turn(s)", total=2) as bar:
+            learner = Learner(self.learner_options, base, runtime.adapter_of(current))
+            bar.advance()
+            metrics = learner.train([t for _, t in turns])
+            bar.advance()
+        artifact = ctx.new_artifact()
+        learner.save(artifact)
+        record.update(metrics=metrics, candidate=True)
+        self._write_record(batch.scenario, record)
+        ctx.log.info("openclaw: %d turn(s), reward %.3f, loss %.4f (rl %.4f, opd %.4f)", len(turns),
+                     metrics["reward_mean"], metrics["loss"], metrics["rl_loss"], metrics["opd_loss"])
+        return Candidate(
+            scenario=batch.scenario, recipe=ctx.recipe, artifact_dir=artifact,
+            base_release_id=current.release_id if current else None,
+            summary=(f"openclaw: {len(turns)} turn(s) ({_shown(record['dispatch'])}), reward "
+                     f"{metrics['reward_mean']:.3f}, rl {metrics['rl_loss']:.4f}, opd {metrics['opd_loss']:.4f}"),
+            metadata={"openclaw": {"metrics": metrics, "turns": entries, "dropped": dropped,
+                                   "dispatch": record["dispatch"], "judge": judge_spec(self.judge)[0]}},
+        )
+
+    def _write_record(self, scenario: str, record: dict[str, Any]) -> None:
+        path = self.record_file(scenario)
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+
+
+def record_temperature(rec: Any) -> float:
+    """The temperature the record's logprobs were taken at (the request's, else 1)."""
+    t = getattr(rec, "logprobs_temperature", None)
+    if t is None:
+        t = (rec.request or {}).get("temperature")
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0 else 1.0
+
+
+def _count(values: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        if v:
+            out[v] = out.get(v, 0) + 1
+    return out
+
+
+def _shown(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "-"
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_.@" else "_" for c in name)

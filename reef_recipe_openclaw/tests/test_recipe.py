@@ -1,0 +1,134 @@
+"""The recipe on hand-made batches of judged turns recorded on a tiny model: the contract kit,
+what trains and why not, the teachers, the candidate's metadata and the per-batch record."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pytest
+
+from reef_core import Batch, Experience
+from reef_core.testing import check_recipe, recipe_context
+from reef_recipe_openclaw import Learner, OpenClawRecipe
+from reef_recipe_openclaw.learner import HINT_PREFIX, teacher_prompt_ids, with_hint
+from reef_recipe_openclaw.processor import METADATA_KEY
+from reef_recipe_openclaw.testing import SCENARIO, ScriptedTrainable, chat_record, token_capture
+
+HINT = "Answer in one short sentence."
+
+
+def _turn(tokenizer, i, question, reply, *, score, meta=None, feedback=None, top=True):
+    messages = [{"role": "user", "content": question}]
+    capture = token_capture(tokenizer, messages, reply)
+    if not top:
+        capture.pop("top_logprobs")
+    rec = chat_record(f"rec{i}", messages, reply, at=i, tokens=capture)
+    metadata = {METADATA_KEY: meta} if meta is not None else {}
+    return Experience(report_id=f"rep{i}", scenario=SCENARIO, score=score, feedback=feedback, metadata=metadata,
+                      created_at=datetime.now(timezone.utc), records=(rec,))
+
+
+def _judged(eval_score, hints, reward):
+    return {"record_id": "x", "eval_votes": [eval_score] * 3, "eval_score": eval_score, "hint_votes": [1, 1, -1],
+            "hints": hints, "dispatch": "?", "reward": reward, "next_state": {"role": "user", "text": "no, shorter"}}
+
+
+@pytest.fixture(scope="module")
+def batch(tokenizer):
+    return Batch(SCENARIO, [
+        _turn(tokenizer, 0, "what is two plus two?", "- It is 4.", score=-1.0, meta=_judged(-1, [HINT], -1.0)),
+        _turn(tokenizer, 1, "name a fruit", "mango", score=1.0, meta=_judged(1, [], 1.0)),
+        _turn(tokenizer, 2, "hello", "hi there", score=0.0, meta=_judged(0, [HINT, "Greet back warmly."], 0.0)),
+        _turn(tokenizer, 3, "and now?", "ok", score=0.5, feedback="please keep it to one line", top=False),
+    ])
+
+
+def _context(tmp_path, runtime, name="scratch", current=None):
+    return recipe_context(tmp_path / name, current, recipe="openclaw", runtime=runtime)
+
+
+def test_the_contract_kit_passes(tmp_path, tiny_model_dir, batch):
+    # the kit's synthetic batch has no token ids: nothing trains, and no runtime is asked
+    assert check_recipe(OpenClawRecipe(state_dir=tmp_path / "s0"), tmp_path / "synthetic") == (None, None)
+    runtime = ScriptedTrainable(tiny_model_dir)
+    recipe = OpenClawRecipe(lr=1e-2, lora_rank=4, lora_alpha=8, lora_lm_head=True, state_dir=tmp_path / "s1")
+    first, second = check_recipe(recipe, tmp_path / "real", batch=batch,
+                                 context=lambda scratch, current: recipe_context(scratch, current, recipe="openclaw",
+                                                                                 runtime=runtime))
+    assert (first.artifact_dir / "adapter" / "adapter_config.json").is_file()
+    assert second.metadata["openclaw"]["metrics"]["turns"] == 4
+
+
+def test_declarations():
+    recipe = OpenClawRecipe(max_staleness=2, top_k=5)
+    assert recipe.update_target == "adapter" and recipe.batch_size == 16 and recipe.default_evaluator == "always"
+    assert recipe.filters == [("freshness", {"max_behind": 2})]
+    assert recipe.top_logprobs == 5            # what the runtime records for this recipe's scenarios
+    with pytest.raises(ValueError, match="w_rl and w_opd"):
+        OpenClawRecipe(w_rl=0, w_opd=0)
+
+
+def test_every_turn_says_how_it_trains(tmp_path, tiny_model_dir, tokenizer, batch):
+    retired = _turn(tokenizer, 4, "x", "y", score=0.0, meta=_judged(0, [], 0.0))
+    no_tokens = Experience(report_id="rep5", scenario=SCENARIO, score=1.0, feedback=None, metadata={},
+                           created_at=None, records=(chat_record("rec5", [{"role": "user", "content": "q"}], "a"),))
+    recipe = OpenClawRecipe(lr=1e-3, lora_rank=4, lora_alpha=8, state_dir=tmp_path / "state")
+    assert recipe.propose(Batch(SCENARIO, [retired, no_tokens]), None, _context(tmp_path, None, "s0")) is None
+    cand = recipe.propose(Batch(SCENARIO, [*batch, retired, no_tokens]), None,
+                          _context(tmp_path, ScriptedTrainable(tiny_model_dir)))
+    meta = cand.metadata["openclaw"]
+    by_id = {t.get("record_id"): t for t in meta["turns"]}
+    assert meta["dispatch"] == {"hint_eval": 2, "anchor": 2, "hint_only": 1, "retired": 1}
+    assert [t["dispatch"] for t in meta["turns"]] == ["hint_eval", "anchor", "hint_only", "hint_eval", "retired",
+                                                      "anchor"]
+    assert meta["dropped"] == {"retired": 1, "no_tokens": 1}
+    assert by_id["rec3"]["source"] == "report" and by_id["rec3"]["hints"] == ["please keep it to one line"]
+    assert by_id["rec0"]["eval_votes"] == [-1, -1, -1] and by_id["rec0"]["hints"] == [HINT]
+    m = meta["metrics"]
+    assert (m["turns"], m["opd_turns"]) == (4, 3)           # rec3 has no top-K capture: RL only
+    assert m["reward_mean"] == pytest.approx((-1 + 1 + 0 + 0.5) / 4)
+    # one JSON line per batch, with every turn (the empty batch too)
+    lines = [json.loads(x) for x in (tmp_path / "state" / "openclaw" / SCENARIO / "batches.jsonl").read_text().splitlines()]
+    assert [x["candidate"] for x in lines] == [False, True]
+    assert lines[1]["turns"] == meta["turns"] and lines[1]["metrics"]["loss"] == m["loss"]
+
+
+def test_the_teacher_reads_the_hint_after_the_last_user_message(tokenizer):
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "first"},
+                {"role": "assistant", "content": "a"}, {"role": "user", "content": "second"}]
+    hinted = with_hint(messages, HINT)
+    assert hinted[3]["content"] == "second" + HINT_PREFIX + HINT and messages[3]["content"] == "second"
+    ids = teacher_prompt_ids(tokenizer, {"messages": messages}, "openai.chat", HINT)
+    assert tokenizer.decode(ids).endswith("second" + HINT_PREFIX + HINT + "</s><|assistant|>")
+
+
+def test_a_step_moves_the_policy_toward_the_hinted_teacher_and_away_from_a_bad_reward(tmp_path, tiny_model_dir,
+                                                                                      tokenizer, batch):
+    recipe = OpenClawRecipe(lr=2e-2, lora_rank=4, lora_alpha=8, lora_lm_head=True, w_opd=0.0,
+                            state_dir=tmp_path / "state")
+    turn = recipe.turn_of(batch.items[0])[2]     # reward -1
+    learner = Learner(recipe.learner_options, ScriptedTrainable(tiny_model_dir).base_model())
+    turn.teacher_prompts = [turn.prompt_ids]
+    before = learner.prepare(turn).old_tok.sum()
+    for _ in range(5):
+        learner.train([turn])
+    after = learner.prepare(turn).old_tok.sum()
+    assert after < before - 0.1                  # the punished reply became less likely
+
+    # OPD alone pulls the student's top-K distribution toward the teacher's
+    recipe = OpenClawRecipe(lr=5e-3, lora_rank=4, lora_alpha=8, lora_lm_head=True, w_rl=0.0, weight_decay=0.0,
+                            state_dir=tmp_path / "state2")
+    turn = recipe.turn_of(batch.items[2])[2]
+    rec = batch.items[2].records[0]
+    turn.teacher_prompts = [teacher_prompt_ids(tokenizer, rec.request, rec.route, h) for h in turn.hints]
+    learner = Learner(recipe.learner_options, ScriptedTrainable(tiny_model_dir).base_model())
+
+    def gap():
+        p = learner.prepare(turn)
+        return float(((p.teacher_s - p.old_s).abs() * p.subset).sum())
+
+    start = gap()
+    for _ in range(6):
+        learner.train([turn])
+    assert gap() < 0.5 * start, start            # measured here: 2.40 -> 0.38
