@@ -11,8 +11,7 @@ import httpx
 import pytest
 import yaml
 
-from reef_core.testing import ReefServer
-from reef_core.testing.reef_server import reef_settings
+from reef_core.testing import ReefServer, reef_settings
 from reef_recipe_openclaw import register_judge, unregister_judge
 from reef_recipe_openclaw.testing import ScriptedJudge, ScriptedTrainable
 
