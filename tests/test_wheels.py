@@ -1,17 +1,25 @@
 """Reef as users install it: built wheels, a fresh virtualenv, no manual step.
 
-The wheels of reef-core, reef-train, reef-smollm2 (the embedded model's GGUF), reef-torch and the
-example recipe are built with ``pip wheel`` from copies of the source trees (git's files, so stale
-``build/`` directories cannot leak in), each without a single build warning. Then
-``pip install torch==2.13.0 reef-torch reef-recipe-few-shot --find-links <wheelhouse>`` into a new
-virtualenv (no system site-packages; the other dependencies come from the configured indexes)
-must bring everything ``runtime=local`` needs: ``reef serve runtime=local`` answers a chat
-completion with the embedded SmolLM2 and ``reef plugins`` lists the recipe. About two to three
-minutes on 2 cores, hence ``slow``.
+The wheels of reef-core, reef-train, reef-smollm2 (the embedded model's GGUF), reef-torch, the
+recipes gepa and sao and the example recipe are built with ``pip wheel`` from copies of the source
+trees (git's files, so stale ``build/`` directories cannot leak in), each without a single build
+warning. Then, each into a new virtualenv (no system site-packages; the other dependencies come
+from the configured indexes, ours only from the wheelhouse):
+
+- ``pip install torch==2.13.0 reef-core reef-torch reef-recipe-sao reef-recipe-few-shot`` must bring
+  everything ``runtime=local`` needs: ``reef serve runtime=local`` answers a chat completion with
+  the embedded SmolLM2, and ``reef plugins`` lists both recipes;
+- ``pip install reef-core reef-recipe-gepa`` must give a server that runs ``recipe=gepa`` (the
+  architecture's promise): ``reef plugins`` lists it, ``reef serve recipe=gepa`` with a task file
+  gets ready, and a growth step on reports with feedback publishes the instruction GEPA learned
+  (the model is a fake OpenAI-compatible endpoint in the test process).
+
+A few minutes on 2 cores, hence ``slow``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -26,12 +34,16 @@ from pathlib import Path
 import httpx
 import pytest
 
+from reef_core.testing import FakeUpstream, last_user_text, system_prompt
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {  # distribution -> source directory
     "reef-core": ".",
     "reef-train": "plugins/reef_train",
     "reef-smollm2": "plugins/reef_smollm2",
     "reef-torch": "plugins/reef_torch",
+    "reef-recipe-gepa": "reef_recipe_gepa",
+    "reef-recipe-sao": "reef_recipe_sao",
     "reef-recipe-few-shot": "examples/reef_recipe_few_shot",
 }
 NESTED = ("plugins/", "examples/", "reef_recipe_")  # other packages, not part of reef-core's tree
@@ -122,20 +134,76 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
-def test_pip_install_reef_torch_serves_the_embedded_model(wheelhouse, tmp_path):
-    timings = {"build wheels": wheelhouse["seconds"]}
-    venv, house = tmp_path / "venv", wheelhouse["dir"]
-    started = time.monotonic()
+def _install(wheelhouse, tmp_path: Path, *requirements: str) -> Path:
+    """A new virtualenv under ``tmp_path`` with ``pip install <requirements>`` done; its ``bin``."""
+    venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=_env(), timeout=300)
-    py, reef = venv / "bin" / "python", venv / "bin" / "reef"
     # Our distributions come from the wheelhouse, never from an index that might hold a namesake.
     pins = tmp_path / "reef-pins.txt"
     pins.write_text("".join(f"{d}=={p.name.split('-')[1]}\n" for d, p in wheelhouse["wheels"].items()))
-    install = subprocess.run([str(py), "-m", "pip", "install", "-q", "--find-links", str(house), "-c", str(pins),
-                              "torch==2.13.0", "reef-torch", "reef-recipe-few-shot"],
+    install = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--find-links",
+                              str(wheelhouse["dir"]), "-c", str(pins), *requirements],
                              env=_env(), capture_output=True, text=True, timeout=1500)
     assert install.returncode == 0, install.stdout[-4000:] + install.stderr[-4000:]
+    return venv / "bin"
+
+
+def _plugins(reef: Path, env: dict[str, str], cwd: Path) -> str:
+    """What ``reef plugins`` prints."""
+    listed = subprocess.run([str(reef), "plugins"], env=env, capture_output=True, text=True, timeout=300, cwd=cwd)
+    assert listed.returncode == 0, listed.stderr
+    return listed.stdout
+
+
+class _Serving:
+    """``reef serve <args>`` in its own process group, waited on until ``/readyz`` answers 200;
+    stopped (SIGTERM, then SIGKILL) on exit."""
+
+    def __init__(self, reef: Path, args: list[str], env: dict[str, str], cwd: Path, ready_s: float):
+        self.port, self.log = _free_port(), cwd / "serve.log"
+        self.command = [str(reef), "serve", *args, f"server.port={self.port}", f"server.state_dir={cwd / 'state'}"]
+        self.env, self.cwd, self.ready_s = env, cwd, ready_s
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> _Serving:
+        with open(self.log, "w") as out:
+            self.process = subprocess.Popen(self.command, env=self.env, cwd=self.cwd, stdout=out,
+                                            stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            with httpx.Client(base_url=self.url, timeout=30) as client:
+                deadline = time.monotonic() + self.ready_s
+                while True:
+                    assert self.process.poll() is None, f"reef serve exited {self.process.returncode}:\n{self.tail()}"
+                    assert time.monotonic() < deadline, f"not ready in {self.ready_s:.0f} s:\n{self.tail()}"
+                    try:
+                        if client.get("/readyz").status_code == 200:
+                            return self
+                    except httpx.TransportError:
+                        pass
+                    time.sleep(0.5)
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def tail(self) -> str:
+        return self.log.read_text()[-4000:]
+
+    def __exit__(self, *exc: object) -> None:
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+@pytest.mark.slow
+def test_pip_install_reef_torch_serves_the_embedded_model(wheelhouse, tmp_path):
+    timings = {"build wheels": wheelhouse["seconds"]}
+    started = time.monotonic()
+    bin_dir = _install(wheelhouse, tmp_path, "torch==2.13.0", "reef-core", "reef-torch", "reef-recipe-sao",
+                       "reef-recipe-few-shot")
+    py, reef, venv = bin_dir / "python", bin_dir / "reef", bin_dir.parent
     timings["venv + pip install"] = time.monotonic() - started
 
     env = _env(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", REEF_MODEL_CACHE=str(tmp_path / "models"))
@@ -146,31 +214,15 @@ def test_pip_install_reef_torch_serves_the_embedded_model(wheelhouse, tmp_path):
     gguf, legacy = where.stdout.split()
     assert Path(gguf).is_relative_to(venv) and legacy == "None"  # the wheel's file, no hand-installed package
 
-    listed = subprocess.run([str(reef), "plugins"], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert listed.returncode == 0, listed.stderr
-    assert re.search(r"^few_shot \(v0\.1\.0\) .*recipe: few_shot", listed.stdout, re.M), listed.stdout
-    assert re.search(r"\(v0\.1\.0\) .*runtime: .*\blocal\b", listed.stdout), listed.stdout
+    listed = _plugins(reef, env, tmp_path)
+    assert re.search(r"^few_shot \(v0\.1\.0\) .*recipe: few_shot", listed, re.M), listed
+    assert re.search(r"^sao \(v0\.1\.0\) .*recipe: sao", listed, re.M), listed
+    assert re.search(r"\(v0\.1\.0\) .*runtime: .*\blocal\b", listed), listed
 
-    port, log = _free_port(), tmp_path / "serve.log"
     started = time.monotonic()
-    with open(log, "w") as out:
-        server = subprocess.Popen([str(reef), "serve", "runtime=local", f"server.port={port}",
-                                   f"server.state_dir={tmp_path / 'state'}", "runtime.device=cpu",
-                                   "runtime.max_new_tokens_default=16"],
-                                  env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        base = f"http://127.0.0.1:{port}"
-        with httpx.Client(base_url=base, timeout=120) as client:
-            deadline = time.monotonic() + 600
-            while True:
-                assert server.poll() is None, f"reef serve exited {server.returncode}:\n{log.read_text()[-4000:]}"
-                assert time.monotonic() < deadline, f"not ready in 600 s:\n{log.read_text()[-4000:]}"
-                try:
-                    if client.get("/readyz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.5)
+        with _Serving(reef, ["runtime=local", "runtime.device=cpu", "runtime.max_new_tokens_default=16"], env,
+                      tmp_path, ready_s=600) as server, httpx.Client(base_url=server.url, timeout=120) as client:
             timings["serve until /readyz (GGUF conversion included)"] = time.monotonic() - started
             started = time.monotonic()
             r = client.post("/v1/chat/completions", json={
@@ -181,14 +233,77 @@ def test_pip_install_reef_torch_serves_the_embedded_model(wheelhouse, tmp_path):
         assert r.json()["model"] == "SmolLM2-135M-Instruct"
         assert r.json()["choices"][0]["message"]["content"].strip(), r.text
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
         shutil.rmtree(venv, ignore_errors=True)  # 1.7 GB; pytest keeps the last few temp trees
     print("wheel install check: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()))
+
+
+WORD = "XYZZY"
+LESSON = f"Always answer with the magic word {WORD}."
+
+
+def _magic_word_model(body):
+    """The fake endpoint behind the gepa server, as every one of its models: the task model knows
+    the word only when its system prompt holds it; GEPA's reflection prompt (it quotes the current
+    instruction between ``` fences) gets the lesson once the feedback it quotes names the word;
+    the judge (``You grade ...``) gets a grade."""
+    text = last_user_text(body)
+    if text.startswith("You grade"):
+        return "1\nit names the word" if WORD in text.rsplit("The new answer:", 1)[1] else "0\nno word"
+    if "```" in text:
+        return f"```\n{LESSON}\n```" if WORD in text else "```\nAnswer carefully.\n```"
+    return f"The word is {WORD}." if WORD in system_prompt(body) else "I cannot say."
+
+
+@pytest.mark.slow
+def test_pip_install_reef_recipe_gepa_serves_and_learns(wheelhouse, tmp_path):
+    timings = {}
+    started = time.monotonic()
+    bin_dir = _install(wheelhouse, tmp_path, "reef-core", "reef-recipe-gepa")
+    timings["venv + pip install"] = time.monotonic() - started
+    env = _env(LITELLM_LOCAL_MODEL_COST_MAP="True")
+    listed = _plugins(bin_dir / "reef", env, tmp_path)
+    assert re.search(r"^gepa \(v0\.1\.0\) .*recipe: gepa", listed, re.M), listed
+
+    # as docs/recipes/gepa.md sets it up: reef.yaml names the task suite, here a JSONL file
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"id": f"t{i}", "prompt": f"Validation: {q}", "expected": WORD}) + "\n"
+                             for i, q in enumerate(["What is the magic word?", "Tell me the password.",
+                                                    "Say the secret."])))
+    config = tmp_path / "reef.yaml"
+    config.write_text(f"""recipe:
+  name: gepa
+  batch_size: 3
+  max_metric_calls: 20
+  concurrency: 1
+evaluator:
+  name: task_suite
+  tasks: {tasks}
+loop:
+  enabled: false
+""")
+    chat = {"model": "fake-model", "messages": [{"role": "user", "content": "What is the magic word?"}]}
+    started = time.monotonic()
+    with FakeUpstream("openai", _magic_word_model) as up, \
+            _Serving(bin_dir / "reef", ["recipe=gepa", "--config", str(config), f"runtime.upstream_url={up.url}"],
+                     env, tmp_path, ready_s=300) as server, \
+            httpx.Client(base_url=server.url, timeout=120) as client:
+        timings["serve until /readyz"] = time.monotonic() - started
+        assert client.get("/reef/scenarios/default").json()["recipe"] == "gepa"
+        for question in ("What is the magic word?", "Tell me the password.", "Say the secret."):
+            r = client.post("/v1/chat/completions", json={**chat, "messages": [{"role": "user", "content": question}]})
+            assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "I cannot say.", r.text
+            rep = client.post("/reef/report", json={"references": [r.headers["x-reef-agent-record-id"]], "score": 0.0,
+                                                    "feedback": f"Wrong: the answer must give the magic word {WORD}."})
+            assert rep.status_code == 200, rep.text
+        started = time.monotonic()
+        step = client.post("/reef/scenarios/default/grow", timeout=300).json()
+        timings["one growth step"] = time.monotonic() - started
+        assert step["outcome"] == "published", f"{step}\n{server.tail()}"
+        r = client.post("/v1/chat/completions", json=chat)
+        assert r.headers["x-reef-release-id"] == step["release_id"]
+        assert r.json()["choices"][0]["message"]["content"] == f"The word is {WORD}."
+        assert LESSON in system_prompt(up.requests[-1])
+    print("gepa wheel check: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()))
 
 
 def test_the_docs_complete_pyproject_is_the_examples():
