@@ -224,3 +224,17 @@ async def test_candidate_release_on_the_call_is_loaded_for_it_alone(runtime, wor
     assert results[3] == (base_answer, None)  # serving never saw the candidate
     assert loaded(runtime) == set()  # unloaded once its last request left
     assert runtime.serving()["s"]["release_id"] is None
+
+
+@pytest.mark.asyncio
+async def test_a_release_without_an_artifact_serves_the_frozen_base(runtime, word_adapters, tmp_path):
+    """What a judge on the base model relies on: a call naming a release without an artifact gets
+    the base model, while the scenario keeps serving its adapter to everyone else."""
+    base_answer, _ = await ask(runtime)
+    await runtime.activate(release("s", "r1", tmp_path, word_adapters["banana"]))
+    c = InferenceCall(scenario="s", record_id="judge", release=ActiveRelease("s", "judge-base", "", None),
+                      body={"messages": [{"role": "user", "content": "hello"}], "temperature": 0})
+    out = await runtime.complete(c)
+    assert (out["choices"][0]["message"]["content"], c.extras["adapter"]) == (base_answer, None)
+    assert await ask(runtime) == ("banana", "s@r1")
+    assert runtime.serving()["s"]["release_id"] == "r1"
