@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -72,6 +73,8 @@ class ReefHarnessAdapter:
         self.scratch = scratch
         self.episodes = 0
         self._releases: dict[str, ActiveRelease] = {}
+        # episodes of one batch run on a thread pool and ask for the same candidate's release
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ GEPAAdapter
 
@@ -151,6 +154,10 @@ class ReefHarnessAdapter:
 
     def release_for(self, candidate: Mapping[str, str]) -> ActiveRelease:
         """A scratch release serving ``candidate``'s harness (built once per candidate)."""
+        with self._lock:
+            return self._release_for(candidate)
+
+    def _release_for(self, candidate: Mapping[str, str]) -> ActiveRelease:
         key = candidate_key(candidate)
         found = self._releases.get(key)
         if found is not None:
