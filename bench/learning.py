@@ -13,6 +13,7 @@ settled.
 Usage:
     python bench/learning.py RECIPE [--seeds 3] [--budget N] [--mode MODE]
                              [--endpoint URL --model NAME] [--heldout N] [--gate-tasks N]
+                             [--reflection-url URL --reflection-model NAME]
 
 ``--endpoint`` runs both servers with ``runtime=upstream`` against an OpenAI-compatible endpoint
 (key from ``$REEF_UPSTREAM_API_KEY``) instead of the local SmolLM2-135M-Instruct. The last line
@@ -75,11 +76,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def server_config(bench: RecipeBench, mode: str | None, seed: int, split: Split, *, learning: bool) -> dict[str, Any]:
+def reflection_model(url: str | None, model: str | None) -> dict[str, Any] | None:
+    """The recipe's reflection model at ``--reflection-url``; the key is read by the server from
+    ``$REEF_REFLECTION_API_KEY`` (the config file names the variable, never the secret)."""
+    if url is None:
+        return None
+    if not model:
+        raise SystemExit("Error: --reflection-url needs --reflection-model, the model name the endpoint serves")
+    return {"url": url, "model": model, "api_key": "${oc.env:REEF_REFLECTION_API_KEY,none}"}
+
+
+def server_config(bench: RecipeBench, mode: str | None, seed: int, split: Split, *, learning: bool,
+                  reflection: dict[str, Any] | None = None) -> dict[str, Any]:
     """The YAML config file of one server (everything but the state dir, port and runtime)."""
     return {
         "server": {"default_scenario": SCENARIO, "log_level": "warning"},
-        "recipe": bench.recipe_config(mode, seed),
+        "recipe": bench.recipe_config(mode, seed, reflection),
         "evaluator": {**bench.gate, "tasks": bench.gate_tasks_config(split.gate)},
         "loop": {"enabled": learning, "schedule_s": None},
     }
@@ -161,8 +173,8 @@ class ReefProcess:
         answer = raw.parse().choices[0].message.content
         return raw.headers["x-reef-agent-record-id"], answer
 
-    def report(self, receipt: str, score: float, feedback: str | None, task: Task) -> None:
-        body: dict[str, Any] = {"references": [receipt], "score": score, "metadata": {"task": task.id}}
+    def report(self, receipt: str, score: float, feedback: str | None, metadata: dict[str, Any]) -> None:
+        body: dict[str, Any] = {"references": [receipt], "score": score, "metadata": metadata}
         if feedback:
             body["feedback"] = feedback
         self.http.post("/reef/report", json=body).raise_for_status()
@@ -224,18 +236,20 @@ def drive(server: ReefProcess, bench: RecipeBench, tasks: list[Task], pool: Thre
     def one(task: Task) -> float:
         receipt, answer = server.ask(task, temperature=bench.temperature, max_tokens=bench.max_tokens, tag="train")
         score = bench.grade(answer, task)
-        server.report(receipt, score, bench.feedback(task, answer, score), task)
+        server.report(receipt, score, bench.feedback(task, answer, score), bench.report_metadata(task))
         return score
 
     return sum(pool.map(one, tasks))
 
 
 def run_seed(bench: RecipeBench, seed: int, *, budget: int, mode: str | None, runtime: Runtime,
-             workdir: Path, log: Any = print) -> SeedResult:
+             workdir: Path, log: Any = print, reflection: dict[str, Any] | None = None) -> SeedResult:
     start = time.monotonic()
     split = bench.split(seed, budget, mode)
-    learner = ReefProcess(f"seed{seed}-learner", workdir, server_config(bench, mode, seed, split, learning=True), runtime)
-    control = ReefProcess(f"seed{seed}-control", workdir, server_config(bench, mode, seed, split, learning=False), runtime)
+    configs = {side: server_config(bench, mode, seed, split, learning=side == "learner", reflection=reflection)
+               for side in ("learner", "control")}
+    learner = ReefProcess(f"seed{seed}-learner", workdir, configs["learner"], runtime)
+    control = ReefProcess(f"seed{seed}-control", workdir, configs["control"], runtime)
     servers = (learner, control)
     try:
         for s in servers:
@@ -298,21 +312,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", help="a recipe mode from the registry, e.g. grpo_dis for sao")
     parser.add_argument("--endpoint", help="OpenAI-compatible base URL: run the servers with runtime=upstream")
     parser.add_argument("--model", help="the model name at --endpoint")
+    parser.add_argument("--reflection-url", help="OpenAI-compatible base URL of the model a reflecting recipe "
+                        "(gepa) writes with; key from $REEF_REFLECTION_API_KEY (default: the served model)")
+    parser.add_argument("--reflection-model", help="the model name at --reflection-url")
     parser.add_argument("--heldout", type=int, help="held-out tasks (default: the recipe's)")
     parser.add_argument("--gate-tasks", type=int, help="gate tasks (default: the recipe's)")
     args = parser.parse_args(argv)
 
+    # a SIGTERM (e.g. `timeout`) unwinds like Ctrl-C, so both servers of the seed are stopped
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     bench = RECIPES[args.recipe]
     overrides = {k: v for k, v in (("heldout_tasks", args.heldout), ("gate_tasks", args.gate_tasks)) if v}
     if overrides:
         bench = bench.with_sizes(**overrides)
+    reflection = reflection_model(args.reflection_url, args.reflection_model)
     try:
-        bench.recipe_config(args.mode)
+        bench.recipe_config(args.mode, reflection=reflection)
     except ValueError as exc:
         parser.error(str(exc))
     budget = args.budget or bench.budget
     runtime = Runtime.choose(args.endpoint, args.model)
     print(f"recipe {bench.name}{f' (mode {args.mode})' if args.mode else ''}: {bench.notes}")
+    if bench.reflection_option:
+        print(f"reflection model: {f'{args.reflection_model} at {args.reflection_url}' if reflection else 'the served model'}")
     print(f"runtime {runtime.description}; {args.seeds} seed(s), {budget} reports per seed, "
           f"traffic at temperature {bench.temperature}, {bench.gate_tasks} gate and {bench.heldout_tasks} "
           "held-out tasks (greedy)", flush=True)
@@ -321,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="reef-bench-learning-") as tmp:
         for seed in range(args.seeds):
             results.append(run_seed(bench, seed, budget=budget, mode=args.mode, runtime=runtime, workdir=Path(tmp),
-                                    log=lambda line: print(line, flush=True)))
+                                    log=lambda line: print(line, flush=True), reflection=reflection))
     print()
     print(table(results))
     print(summary_line(bench.name, [r.learner_after for r in results], [r.control_after for r in results],

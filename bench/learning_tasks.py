@@ -170,21 +170,32 @@ class RecipeBench:
     feedback: Callable[[Task, str | None, float], str | None] = lambda task, answer, score: None
     modes: dict[str, dict[str, Any]] = field(default_factory=dict)
     seed_option: str | None = None
+    #: the recipe option that takes a reflection model ``{url, model, api_key}`` (``--reflection-url``)
+    reflection_option: str | None = None
     settle_timeout_s: float = 600.0
     notes: str = ""
 
-    def recipe_config(self, mode: str | None, seed: int | None = None) -> dict[str, Any]:
+    def recipe_config(self, mode: str | None, seed: int | None = None,
+                      reflection: dict[str, Any] | None = None) -> dict[str, Any]:
         """The recipe config group with ``mode``'s options over the defaults (and the bench's seed
-        in ``seed_option``, when the recipe takes one)."""
+        in ``seed_option``, when the recipe takes one; ``reflection`` in ``reflection_option``)."""
         if mode is not None and mode not in self.modes:
             known = ", ".join(sorted(self.modes)) or "none"
             raise ValueError(f"recipe {self.name!r} has no mode {mode!r} (modes: {known})")
+        if reflection is not None and self.reflection_option is None:
+            raise ValueError(f"recipe {self.name!r} takes no reflection model")
         seeded = {self.seed_option: seed} if self.seed_option and seed is not None else {}
-        return {**self.recipe, **(self.modes.get(mode) or {}), **seeded}
+        reflecting = {self.reflection_option: reflection} if reflection is not None else {}
+        return {**self.recipe, **(self.modes.get(mode) or {}), **seeded, **reflecting}
 
     def gate_tasks_config(self, tasks: list[Task]) -> list[dict[str, Any]]:
         """The gate's tasks as ``task_suite`` takes them, graded by this recipe's grader as a regex."""
         return [{"id": t.id, "prompt": t.prompt, "pattern": self.grade.pattern(t), "grader": "regex"} for t in tasks]
+
+    def report_metadata(self, task: Task) -> dict[str, Any]:
+        """What a report says about its question: the task and the grader's test (``pattern`` with
+        ``grader: regex``, as a task suite writes it), so a recipe can grade a fresh answer to it."""
+        return {"task": task.id, "pattern": self.grade.pattern(task), "grader": "regex"}
 
     def with_sizes(self, **sizes: int) -> RecipeBench:
         """This entry with other task counts (``heldout_tasks``, ``gate_tasks``)."""
@@ -208,16 +219,24 @@ def _format_feedback(task: Task, answer: str | None, score: float) -> str | None
     return None if score >= 1.0 else "Always answer with the number only."
 
 
+def _correction_feedback(task: Task, answer: str | None, score: float) -> str | None:
+    # what a user writes back to a wrong sum: the right one, and that the reply must end with it
+    return None if score >= 1.0 else f"Wrong. The answer is {task.expected}; end the reply with the sum."
+
+
 RECIPES: dict[str, RecipeBench] = {
     "sao": RecipeBench(
         name="sao",
-        problems=addition_problems(10, 99, "Answer with the number only."),
+        # operands 1-20: SmolLM2-135M's sampled answers (temperature 0.7) earn a reward about one
+        # time in five (operands 10-99 at temperature 1.0: one in fifty, no signal; docs/bench.md)
+        problems=addition_problems(1, 20, "Answer with the number only."),
         grade=LAST_INTEGER,
         # a policy gradient from single scored rollouts needs the sampling logprobs: sampled traffic
-        temperature=1.0,
+        temperature=0.7,
         # several optimizer steps per candidate so a gated change is large enough to measure
         # (reef_recipe_sao/README.md); grpo_dis needs groups: 4 rollouts of each prompt in a row
-        recipe={"name": "sao", "batch_size": 8, "steps_per_candidate": 4, "lr": 2e-4, "n_samples_per_prompt": 1},
+        recipe={"name": "sao", "batch_size": 8, "steps_per_candidate": 4, "lr": 5e-4, "n_samples_per_prompt": 1,
+                "num_critic_only_steps": 2},
         modes={"sao": {"mode": "sao"}, "grpo_dis": {"mode": "grpo_dis", "n_samples_per_prompt": 4}},
         seed_option="seed",
         gate=_greedy_gate(),
@@ -225,6 +244,26 @@ RECIPES: dict[str, RecipeBench] = {
         # while the learner trains (measured at 64 reports: 3.4 min a seed, 2 min of it traffic)
         budget=128,
         notes="LoRA policy gradient from single scored rollouts",
+    ),
+    "gepa": RecipeBench(
+        name="gepa",
+        # instructions matter here even for SmolLM2-135M (greedy, last integer, operands 1-20):
+        # no system prompt 0.29, "Answer with the number only." 0.08, that plus one worked
+        # example 0.42 (docs/bench.md)
+        problems=addition_problems(1, 20, ""),
+        grade=LAST_INTEGER,
+        feedback=_correction_feedback,
+        temperature=0.0,
+        # 60 episodes a step pays for one iteration plus a new seed's validation (2 x 3 + 24 each);
+        # the reflection's proposal is an instruction, a few hundred tokens at most
+        recipe={"name": "gepa", "batch_size": 8, "max_metric_calls": 60, "minibatch_size": 3,
+                "reflection_max_tokens": 384},
+        seed_option="seed",
+        reflection_option="reflection",
+        gate=_greedy_gate(),
+        budget=32,
+        settle_timeout_s=900.0,
+        notes="reflective prompt evolution (GEPA) of the harness from reports with feedback",
     ),
     "feedback_rules": RecipeBench(
         name="feedback_rules",

@@ -125,7 +125,7 @@ def test_summary_line_format():
 
 
 def test_registry_entries_are_complete():
-    assert {"sao", "feedback_rules"} <= set(RECIPES)
+    assert {"sao", "gepa", "feedback_rules"} <= set(RECIPES)
     for name, bench in RECIPES.items():
         assert bench.name == name and bench.recipe["name"] == name
         assert bench.gate["name"] == "task_suite" and "tasks" not in bench.gate
@@ -135,7 +135,7 @@ def test_registry_entries_are_complete():
         tasks = bench.gate_tasks_config(bench.split(0).gate)
         assert all(t["grader"] == "regex" and re.compile(t["pattern"]) for t in tasks)
     assert RECIPES["sao"].recipe_config("grpo_dis")["mode"] == "grpo_dis"
-    assert RECIPES["sao"].temperature == 1.0
+    assert RECIPES["sao"].temperature > 0  # SAO trains on sampled rollouts
     with pytest.raises(ValueError, match="no mode 'nope'"):
         RECIPES["sao"].recipe_config("nope")
 
@@ -181,3 +181,47 @@ def test_an_endpoint_run_learns_a_rule_from_feedback_text(capsys):
     assert row[1:5] == ["0.000", "0.000", "0.000", "1.000"] and row[5] == "1", out
     assert out[-1].startswith("feedback_rules: learner 1.000±0.000 vs control 0.000±0.000 on 6 held-out tasks, "
                               "1/1 seeds above control, "), out[-1]
+
+
+REFLECTION = "End every reply with the sum."
+
+
+def _reflects_and_obeys(body):
+    """Both models of the gepa run in one fake: asked to improve an instruction (GEPA's reflection
+    prompt quotes the current one between ``` fences), it proposes REFLECTION; asked a sum, it
+    gets it right only when its system prompt says REFLECTION, else it adds one."""
+    text = last_user_text(body)
+    if "```" in text:
+        return f"```\n{REFLECTION}\n```"
+    a, b = map(int, re.findall(r"\d+", text)[:2])
+    return f"{a} + {b} = {a + b if REFLECTION in system_prompt(body) else a + b + 1}"
+
+
+def test_an_endpoint_run_evolves_the_system_prompt_with_gepa(capsys):
+    """gepa through --endpoint: the served model also reflects (reflection: runtime); GEPA's
+    reflective mutation writes the instruction that makes the answers right, the gate publishes
+    it and the learner beats the control."""
+    pytest.importorskip("reef_recipe_gepa")
+    import learning
+
+    with FakeUpstream("openai", _reflects_and_obeys) as up:
+        assert learning.main(["gepa", "--seeds", "1", "--budget", "8", "--heldout", "6", "--gate-tasks", "4",
+                              "--endpoint", up.url, "--model", "fake-model"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert "reflection model: the served model" in out
+    row = next(line.split() for line in out if line.split()[:1] == ["0"])
+    assert row[1:5] == ["0.000", "0.000", "0.000", "1.000"] and row[5] == "1", out
+    assert out[-1].startswith("gepa: learner 1.000±0.000 vs control 0.000±0.000 on 6 held-out tasks, "), out[-1]
+
+
+def test_a_reflection_endpoint_goes_into_the_recipe_config_without_its_key():
+    import learning
+
+    spec = learning.reflection_model("http://127.0.0.1:9/v1", "judge-model")
+    config = RECIPES["gepa"].recipe_config(None, 0, spec)
+    assert config["reflection"] == {"url": "http://127.0.0.1:9/v1", "model": "judge-model",
+                                    "api_key": "${oc.env:REEF_REFLECTION_API_KEY,none}"}
+    with pytest.raises(ValueError, match="takes no reflection model"):
+        RECIPES["sao"].recipe_config(None, 0, spec)
+    with pytest.raises(SystemExit, match="--reflection-model"):
+        learning.reflection_model("http://127.0.0.1:9/v1", None)
