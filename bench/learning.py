@@ -45,6 +45,9 @@ from openai import OpenAI
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learning_tasks import RECIPES, RecipeBench, Split, Task, summary_line  # noqa: E402
 
+#: recipes driven by sessions and what the user says next, not by reports (bench/learning_sessions.py)
+SESSION_RECIPES = ("openclaw",)
+
 SCENARIO = "bench"
 #: requests in flight per server: the local runtime decodes up to 8 sequences in one forward
 CONCURRENCY = 8
@@ -101,7 +104,8 @@ class ReefProcess:
     """``python -m reef_core serve -c <file>`` on a free loopback port with its own state
     directory and admin token; stopped with SIGINT (a clean shutdown), killed if it hangs."""
 
-    def __init__(self, name: str, workdir: Path, config: dict[str, Any], runtime: Runtime):
+    def __init__(self, name: str, workdir: Path, config: dict[str, Any], runtime: Runtime,
+                 evaluator: str | None = "task_suite"):
         self.name = name
         self.dir = workdir / name
         self.dir.mkdir(parents=True)
@@ -115,7 +119,7 @@ class ReefProcess:
         self.config_file.write_text(yaml.safe_dump(config, sort_keys=False))
         self.log_path = self.dir / "serve.log"
         self.argv = [sys.executable, "-m", "reef_core", "serve", "-c", str(self.config_file), *runtime.overrides,
-                     "evaluator=task_suite",
+                     *([f"evaluator={evaluator}"] if evaluator else []),
                      f"server.state_dir={self.dir / 'state'}", f"server.port={self.port}"]
         self.proc: subprocess.Popen | None = None
         self.http = httpx.Client(base_url=self.url, timeout=120,
@@ -128,6 +132,13 @@ class ReefProcess:
         env = {k: v for k, v in os.environ.items() if k not in ("REEF_URL", "REEF_TOKEN")}
         env.setdefault("HF_HUB_OFFLINE", "1")
         env.setdefault("TRANSFORMERS_OFFLINE", "1")
+        # Two servers share the machine: each gets half the cores for torch. With every server
+        # on all of them (torch's default), a training step next to decoding in the other server
+        # ran 3.8x slower than alone instead of 2x (2 cores: 9.1 s vs 2.4 s a step; 4.0 s at one
+        # thread each), and the seed's traffic stalled behind it.
+        threads = str(max(1, (os.cpu_count() or 2) // 2))
+        env.setdefault("OMP_NUM_THREADS", threads)
+        env.setdefault("MKL_NUM_THREADS", threads)
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                          start_new_session=True)
@@ -165,13 +176,19 @@ class ReefProcess:
 
     # ---------------------------------------------------------------- what a user does
 
-    def ask(self, task: Task, *, temperature: float, max_tokens: int, tag: str) -> tuple[str, str | None]:
-        """The answer to ``task`` and its receipt."""
+    def chat(self, messages: list[dict[str, str]], *, temperature: float, max_tokens: int,
+             headers: dict[str, str]) -> tuple[str, str | None]:
+        """The reply to ``messages`` and its receipt."""
         raw = self.openai.chat.completions.with_raw_response.create(
-            model=self.model, messages=[{"role": "user", "content": task.prompt}], temperature=temperature,
-            max_tokens=max_tokens, extra_headers={"x-reef-tag-bench": tag})
+            model=self.model, messages=messages, temperature=temperature, max_tokens=max_tokens,
+            extra_headers=headers)
         answer = raw.parse().choices[0].message.content
         return raw.headers["x-reef-agent-record-id"], answer
+
+    def ask(self, task: Task, *, temperature: float, max_tokens: int, tag: str) -> tuple[str, str | None]:
+        """The answer to ``task`` and its receipt."""
+        return self.chat([{"role": "user", "content": task.prompt}], temperature=temperature, max_tokens=max_tokens,
+                         headers={"x-reef-tag-bench": tag})
 
     def report(self, receipt: str, score: float, feedback: str | None, metadata: dict[str, Any]) -> None:
         body: dict[str, Any] = {"references": [receipt], "score": score, "metadata": metadata}
@@ -306,9 +323,11 @@ def table(results: list[SeedResult]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("recipe", choices=sorted(RECIPES))
+    parser.add_argument("recipe", choices=sorted({*RECIPES, *SESSION_RECIPES}))
     parser.add_argument("--seeds", type=int, default=3, help="seeds to run, 0..N-1 (default 3)")
-    parser.add_argument("--budget", type=int, help="reports per seed (default: the recipe's)")
+    parser.add_argument("--budget", type=int, help="reports per seed, or sessions for openclaw (default: the recipe's)")
+    parser.add_argument("--judge", choices=["model", "rules"],
+                        help="openclaw's judge: the served model (default) or a rule-based judge")
     parser.add_argument("--mode", help="a recipe mode from the registry, e.g. grpo_dis for sao")
     parser.add_argument("--endpoint", help="OpenAI-compatible base URL: run the servers with runtime=upstream")
     parser.add_argument("--model", help="the model name at --endpoint")
@@ -321,6 +340,13 @@ def main(argv: list[str] | None = None) -> int:
 
     # a SIGTERM (e.g. `timeout`) unwinds like Ctrl-C, so both servers of the seed are stopped
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    if args.recipe in SESSION_RECIPES:
+        import learning_sessions
+
+        return learning_sessions.run(args, Runtime.choose(args.endpoint, args.model),
+                                     log=lambda line: print(line, flush=True))
+    if args.judge:
+        parser.error(f"--judge is an option of {', '.join(SESSION_RECIPES)}")
     bench = RECIPES[args.recipe]
     overrides = {k: v for k, v in (("heldout_tasks", args.heldout), ("gate_tasks", args.gate_tasks)) if v}
     if overrides:

@@ -225,3 +225,88 @@ def test_a_reflection_endpoint_goes_into_the_recipe_config_without_its_key():
         RECIPES["sao"].recipe_config(None, 0, spec)
     with pytest.raises(SystemExit, match="--reflection-model"):
         learning.reflection_model("http://127.0.0.1:9/v1", None)
+
+
+# ------------------------------------------------------------------ sessions (openclaw)
+
+
+def test_the_hidden_style_counts_words_and_refuses_markup():
+    from learning_sessions import plain_and_short
+
+    style = plain_and_short(8)
+    assert style("7 + 5 = 12")
+    assert not style("7 + 5 = 12. This is a classic example of addition.")  # 11 words
+    for marked in ("**12**", "- 12", "## 12", "1. 12", "\\boxed{12}", "Final answer: 12"):
+        assert not style(marked), marked
+
+
+def test_streaks_and_windows_of_a_side():
+    from learning_sessions import SideResult
+
+    side = SideResult(passes=[True, False, True, True, False, True, True, True, True])
+    assert side.streak_at() == 8 and side.streak_at(2) == 4 and SideResult(passes=[True, True]).streak_at() is None
+    assert side.rate(side.passes, 5) == 0.8 and side.rate(side.passes, 4) == 1.0 and side.rate([], 4) == 0.0
+
+
+def test_the_rule_based_judge_answers_in_the_recipes_format():
+    """It speaks through the same interface as a model judge: the recipe's own prompts in, and
+    answers the recipe's own parsers read (\\boxed{} votes, a hint between markers)."""
+    pytest.importorskip("reef_recipe_openclaw")
+    import httpx
+    from learning_sessions import SESSION_RECIPES, RuleJudge
+
+    from reef_recipe_openclaw.prm import EVALUATE_SYSTEM, HINT_SYSTEM, parse_boxed, parse_hint
+
+    bench = SESSION_RECIPES["openclaw"]
+
+    def ask(url, system, next_message):
+        user = ("Conversation so far:\n[user] What is 7 + 5?\n\nThe assistant's reply:\n12\n\n"
+                f"What came next (the user message):\n{next_message}")
+        body = {"model": "m", "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}
+        return httpx.post(f"{url}/chat/completions", json=body).json()["choices"][0]["message"]["content"]
+
+    with RuleJudge(bench) as judge:
+        assert parse_boxed(ask(judge.url, EVALUATE_SYSTEM, bench.thanks)) == 1
+        assert parse_boxed(ask(judge.url, EVALUATE_SYSTEM, bench.correction)) == -1
+        assert parse_hint(ask(judge.url, HINT_SYSTEM, bench.correction)) == (1, bench.hint)
+        assert parse_hint(ask(judge.url, HINT_SYSTEM, bench.thanks))[0] == -1
+        assert judge.calls == 4
+
+
+def test_a_session_summary_line_says_judge_streaks_and_correctness():
+    from learning_sessions import SessionSeed, SideResult, session_summary
+
+    def seed(n, lp, cp):
+        return SessionSeed(n, SideResult(passes=lp, correct=[True] * len(lp)),
+                           SideResult(passes=cp, correct=[False] * len(cp)), {"published": 2}, True, 60.0)
+
+    seeds = [seed(0, [True] * 4, [False] * 4), seed(1, [False, True, True, True], [True] * 4)]
+    line = session_summary("openclaw", "rules", seeds, window=4, sessions=4, minutes=2.0)
+    assert line == ("openclaw (rule-based judge): learner 0.875±0.177 vs control 0.500±0.707 pass rate over the last 4 "
+                    "of 4 sessions, 3 in a row at session 3/4 vs never/3, correctness 1.000 vs 0.000, "
+                    "1/2 seeds above control, 2.0 min")
+
+
+def test_judge_is_an_option_of_session_recipes_only(capsys):
+    import learning
+
+    with pytest.raises(SystemExit):
+        learning.main(["sao", "--judge", "rules"])
+    assert "--judge is an option of openclaw" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_an_openclaw_run_completes_and_prints_the_summary_line(tmp_path):
+    """A few sessions of openclaw with the rule-based judge on two real `reef serve` processes with
+    the local model: the sessions run, the loop takes the judged turns, the line comes out
+    (whether it learned is not asserted)."""
+    pytest.importorskip("reef_torch")
+    pytest.importorskip("reef_recipe_openclaw")
+    run = subprocess.run([sys.executable, str(BENCH / "learning.py"), "openclaw", "--seeds", "1", "--budget", "16",
+                          "--judge", "rules"], capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "a rule-based judge" in run.stdout
+    assert re.match(r"^openclaw \(rule-based judge\): learner \d\.\d{3}±0\.000 vs control \d\.\d{3}±0\.000 pass rate "
+                    r"over the last 16 of 16 sessions, 3 in a row at session (\d+|never) vs (\d+|never), "
+                    r"correctness \d\.\d{3} vs \d\.\d{3}, [01]/1 seeds above control, \d+\.\d min$",
+                    run.stdout.strip().splitlines()[-1]), run.stdout

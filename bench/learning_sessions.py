@@ -1,0 +1,345 @@
+"""The learning bench for recipes that learn from what happens next (``openclaw``): sessions, no reports.
+
+A simulated student works through short homework sessions on two real ``reef serve`` processes
+(the LEARNER with its loop on, a frozen CONTROL with it off; same sessions, same order). Each
+session is one question: the student asks it, reads the reply, and answers with a correction
+when the reply breaks its hidden style, with thanks otherwise; the assistant replies once more
+and the session ends. The student never states its preference and posts no report: the learner's
+recipe pairs each reply with the student's next message (``x-reef-session``), a judge rates it,
+and the loop trains and hot-swaps on its own.
+
+A session PASSES when the first reply has the preferred style and contains the correct result
+(style alone is reward hacking, so correctness is reported on its own too). Per seed: the session
+at which three passes in a row were first reached, the pass rate over the last ``window``
+sessions, and correctness over the same window, learner and control.
+
+The judge is the recipe's default (the served model on its frozen base) or, with
+``--judge rules``, a RULE-BASED JUDGE: an OpenAI-compatible endpoint in this process that reads
+the student's next message (thanks: +1, a correction: −1 with a hint that restates it as an
+instruction). It answers in the recipe's judge format (``\\boxed{}``, hint markers) through the
+same ``openai`` judge interface as any model would, so it measures the learner, not the judge.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from learning_tasks import LAST_INTEGER, Grader, Task, addition_problems, fmt_mean_sd
+
+SCENARIO = "bench"
+CONCURRENCY = 8
+
+# ------------------------------------------------------------------ the student
+
+_MARKDOWN = re.compile(r"\*\*|__|^\s*#|^\s*[-*+]\s|^\s*\d+[.)]\s|\\boxed|final answer", re.MULTILINE | re.IGNORECASE)
+
+
+def plain_and_short(max_words: int) -> Callable[[str], bool]:
+    """The hidden style: at most ``max_words`` words and no AI-style markup (bold, headers,
+    lists, ``\\boxed``, "final answer")."""
+
+    def style(reply: str) -> bool:
+        return len(reply.split()) <= max_words and not _MARKDOWN.search(reply)
+
+    return style
+
+
+@dataclass(frozen=True)
+class SessionBench:
+    """How the bench drives a next-state recipe: the questions, the hidden style, what the
+    student says back, the recipe's options and how many sessions a seed runs."""
+
+    name: str
+    problems: Callable[[], list[Task]]
+    correct: Grader
+    style: Callable[[str], bool]
+    style_notes: str
+    correction: str
+    thanks: str
+    #: what the rule-based judge's hint says after a correction (an instruction, not a quote)
+    hint: str
+    recipe: dict[str, Any]
+    sessions: int = 72
+    window: int = 32
+    temperature: float = 0.6
+    max_tokens: int = 48
+    followup_max_tokens: int = 8
+    #: recipe options for each judge: ``model`` (the recipe's default judge) and ``rules``
+    judges: dict[str, dict[str, Any]] = field(default_factory=dict)
+    settle_timeout_s: float = 600.0
+    notes: str = ""
+
+    def order(self, seed: int, sessions: int | None = None) -> list[Task]:
+        import random
+
+        tasks = self.problems()
+        rng = random.Random(seed)
+        rng.shuffle(tasks)
+        n = sessions or self.sessions
+        return [tasks[i % len(tasks)] for i in range(n)]
+
+    def recipe_config(self, judge: str, seed: int, judge_url: str | None = None) -> dict[str, Any]:
+        if judge not in self.judges:
+            raise ValueError(f"recipe {self.name!r} has no judge {judge!r} (judges: {', '.join(sorted(self.judges))})")
+        options = dict(self.judges[judge])
+        if judge == "rules":
+            options["judge"] = {"name": "openai", "url": judge_url, "model": "rule-based-judge"}
+        return {**self.recipe, **options, "seed": seed}
+
+
+SESSION_RECIPES: dict[str, SessionBench] = {
+    "openclaw": SessionBench(
+        name="openclaw",
+        problems=addition_problems(1, 20, ""),
+        correct=LAST_INTEGER,
+        style=plain_and_short(8),
+        style_notes="at most 8 words, no markup",
+        correction="No, that is too long. Shorter, please.",
+        thanks="Thanks!",
+        hint="Keep the reply to one short line: the sum and nothing else.",
+        # LoRA on a 135M model: the reference's lr 1e-5 (full weights of a 4B model) moves nothing in
+        # 72 sessions; turns of the last two releases still train (a swap after every step)
+        recipe={"name": "openclaw", "batch_size": 8, "lr": 2e-4, "max_staleness": 2, "steps_per_batch": 2,
+                "prm_max_tokens": 96, "top_k": 4},
+        judges={"model": {}, "rules": {}},
+        notes="binary RL + hindsight distillation from the student's next message (OpenClaw-RL)",
+    ),
+}
+
+# ------------------------------------------------------------------ the rule-based judge
+
+
+class RuleJudge:
+    """An OpenAI-compatible endpoint that judges like the recipe's PRM prompts ask, by rule:
+    the text after the prompt's last ``"):\\n"`` is the next message; thanks is progress (+1),
+    anything else a correction (−1) with ``hint`` on the hint prompt."""
+
+    def __init__(self, bench: SessionBench):
+        self.bench = bench
+        self.calls = 0
+        judge = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - the http.server API
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
+                text = judge.answer(body.get("messages") or [])
+                out = json.dumps({"id": "judge", "object": "chat.completion", "created": 0, "model": "rule-based-judge",
+                                  "choices": [{"index": 0, "finish_reason": "stop",
+                                               "message": {"role": "assistant", "content": text}}]}).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def answer(self, messages: list[dict[str, Any]]) -> str:
+        self.calls += 1
+        system = " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
+        prompt = str(messages[-1].get("content") or "") if messages else ""
+        next_message = prompt.rsplit("):\n", 1)[-1].strip()
+        progress = next_message == self.bench.thanks
+        if "HINT_START" in system:  # the hindsight-hint prompt
+            return "\\boxed{-1}" if progress else f"\\boxed{{1}} [HINT_START]{self.bench.hint}[HINT_END]"
+        return "\\boxed{1}" if progress else "\\boxed{-1}"
+
+    def __enter__(self) -> RuleJudge:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# ------------------------------------------------------------------ one seed
+
+
+@dataclass
+class SideResult:
+    passes: list[bool] = field(default_factory=list)
+    correct: list[bool] = field(default_factory=list)
+    styled: list[bool] = field(default_factory=list)
+
+    def streak_at(self, length: int = 3) -> int | None:
+        """The 1-based session at which ``length`` passes in a row were first reached."""
+        run = 0
+        for i, ok in enumerate(self.passes, 1):
+            run = run + 1 if ok else 0
+            if run >= length:
+                return i
+        return None
+
+    def rate(self, values: list[bool], window: int) -> float:
+        tail = values[-window:]
+        return sum(tail) / len(tail) if tail else 0.0
+
+
+@dataclass
+class SessionSeed:
+    seed: int
+    learner: SideResult
+    control: SideResult
+    candidates: dict[str, int]
+    settled: bool
+    seconds: float
+
+
+def run_session(server: Any, bench: SessionBench, task: Task, seed: int, index: int) -> tuple[bool, bool, bool]:
+    """One homework session; returns (passed, correct, styled) of the first reply."""
+    session = f"s{seed}-{index}-{uuid.uuid4().hex[:6]}"
+    headers = {"x-reef-session": session, "x-reef-tag-bench": "session"}
+    messages = [{"role": "user", "content": task.prompt}]
+    _, reply = server.chat(messages, temperature=bench.temperature, max_tokens=bench.max_tokens, headers=headers)
+    reply = reply or ""
+    styled, correct = bench.style(reply), bench.correct(reply, task) >= 1.0
+    nxt = bench.thanks if styled else bench.correction
+    messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": nxt}]
+    server.chat(messages, temperature=bench.temperature, max_tokens=bench.followup_max_tokens, headers=headers)
+    return styled and correct, correct, styled
+
+
+def run_sessions_seed(bench: SessionBench, seed: int, *, sessions: int, judge: str, judge_url: str | None,
+                      runtime: Any, workdir: Path, log: Callable[[str], None]) -> SessionSeed:
+    from learning import ReefProcess
+
+    start = time.monotonic()
+    tasks = bench.order(seed, sessions)
+
+    def config(learning: bool) -> dict[str, Any]:
+        return {"server": {"default_scenario": SCENARIO, "log_level": "warning"},
+                "recipe": bench.recipe_config(judge, seed, judge_url),
+                "loop": {"enabled": learning, "schedule_s": None}}
+
+    learner = ReefProcess(f"seed{seed}-learner", workdir, config(True), runtime, evaluator=None)
+    control = ReefProcess(f"seed{seed}-control", workdir, config(False), runtime, evaluator=None)
+    results = {"learner": SideResult(), "control": SideResult()}
+    servers = {"learner": learner, "control": control}
+    try:
+        for s in servers.values():
+            s.start()
+        for s in servers.values():
+            s.wait_ready()
+        with ThreadPoolExecutor(CONCURRENCY) as pool:
+            for i in range(0, len(tasks), CONCURRENCY):
+                chunk = list(enumerate(tasks[i:i + CONCURRENCY], i))
+                for side, server in servers.items():
+                    for passed, correct, styled in pool.map(
+                            lambda it, server=server: run_session(server, bench, it[1], seed, it[0]), chunk):
+                        results[side].passes.append(passed)
+                        results[side].correct.append(correct)
+                        results[side].styled.append(styled)
+                done = i + len(chunk)
+                if done % (CONCURRENCY * 3) == 0 or done == len(tasks):
+                    loop = learner.loop_state()
+                    lr, ct = results["learner"], results["control"]
+                    log(f"  seed {seed}: {done}/{len(tasks)} sessions, passes learner {sum(lr.passes)} "
+                        f"control {sum(ct.passes)}, style learner {sum(lr.styled)} control {sum(ct.styled)}; "
+                        f"learner loop {loop.get('state')} after {loop.get('steps', 0)} step(s) "
+                        f"({time.monotonic() - start:.0f} s)")
+        # the last sessions' turns are judged off the request path: let the loop take what it has
+        time.sleep(3.0)
+        settled = learner.wait_settled(bench.settle_timeout_s)
+        return SessionSeed(seed, results["learner"], results["control"], dict(learner.candidates()), settled,
+                           time.monotonic() - start)
+    except Exception:
+        for s in servers.values():
+            log(f"--- {s.name} log tail ---\n{s.log_tail()}")
+        raise
+    finally:
+        for s in servers.values():
+            s.stop()
+
+
+# ------------------------------------------------------------------ the report
+
+
+def _streak(value: int | None) -> str:
+    return "never" if value is None else str(value)
+
+
+def session_table(results: list[SessionSeed], window: int) -> str:
+    head = (f"{'seed':>4}  {'3-in-a-row L':>12}  {'3-in-a-row C':>12}  {f'pass@last{window} L':>14}  "
+            f"{f'pass@last{window} C':>14}  {'correct L':>9}  {'correct C':>9}  {'style L':>7}  {'style C':>7}  "
+            f"{'published':>9}  {'wall':>7}")
+    rows = [head, "-" * len(head)]
+    for r in results:
+        lr, ct = r.learner, r.control
+        rows.append(f"{r.seed:>4}  {_streak(lr.streak_at()):>12}  {_streak(ct.streak_at()):>12}  "
+                    f"{lr.rate(lr.passes, window):>14.3f}  {ct.rate(ct.passes, window):>14.3f}  "
+                    f"{lr.rate(lr.correct, window):>9.3f}  {ct.rate(ct.correct, window):>9.3f}  "
+                    f"{lr.rate(lr.styled, window):>7.3f}  {ct.rate(ct.styled, window):>7.3f}  "
+                    f"{r.candidates.get('published', 0):>9}  {r.seconds / 60:>5.1f} m"
+                    + ("" if r.settled else "  (not settled)"))
+    return "\n".join(rows)
+
+
+def session_summary(name: str, judge: str, results: list[SessionSeed], window: int, sessions: int,
+                    minutes: float) -> str:
+    """The one line: last-window pass rate learner vs control, when 3 in a row came, correctness."""
+    lp = [r.learner.rate(r.learner.passes, window) for r in results]
+    cp = [r.control.rate(r.control.passes, window) for r in results]
+    lc = [r.learner.rate(r.learner.correct, window) for r in results]
+    cc = [r.control.rate(r.control.correct, window) for r in results]
+    above = sum(1 for a, b in zip(lp, cp) if a > b)
+    streaks = "/".join(_streak(r.learner.streak_at()) for r in results)
+    control_streaks = "/".join(_streak(r.control.streak_at()) for r in results)
+    judged = "rule-based judge" if judge == "rules" else "the served model as judge"
+    return (f"{name} ({judged}): learner {fmt_mean_sd(lp)} vs control {fmt_mean_sd(cp)} pass rate over the last "
+            f"{window} of {sessions} sessions, 3 in a row at session {streaks} vs {control_streaks}, "
+            f"correctness {statistics.fmean(lc):.3f} vs {statistics.fmean(cc):.3f}, "
+            f"{above}/{len(results)} seeds above control, {minutes:.1f} min")
+
+
+def run(args: Any, runtime: Any, log: Callable[[str], None] = print) -> int:
+    """``bench/learning.py openclaw ...``: every seed, the table and the summary line."""
+    import tempfile
+
+    bench = SESSION_RECIPES[args.recipe]
+    judge = args.judge or "model"
+    try:
+        bench.recipe_config(judge, 0, "http://127.0.0.1:9/v1")
+    except ValueError as exc:
+        raise SystemExit(f"Error: {exc}") from None
+    sessions = args.budget or bench.sessions
+    window = min(bench.window, sessions)
+    log(f"recipe {bench.name}: {bench.notes}")
+    log(f"runtime {runtime.description}; {args.seeds} seed(s), {sessions} sessions per seed, replies at temperature "
+        f"{bench.temperature}; hidden style: {bench.style_notes}; judge: "
+        + ("a rule-based judge (thanks +1, a correction -1 with a hint), not a model" if judge == "rules"
+           else "the served model on its frozen base (the recipe's default)"))
+    start = time.monotonic()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="reef-bench-sessions-") as tmp:
+        judge_server = RuleJudge(bench) if judge == "rules" else None
+        try:
+            if judge_server is not None:
+                judge_server.__enter__()
+            for seed in range(args.seeds):
+                results.append(run_sessions_seed(bench, seed, sessions=sessions, judge=judge,
+                                                 judge_url=judge_server.url if judge_server else None,
+                                                 runtime=runtime, workdir=Path(tmp), log=log))
+        finally:
+            if judge_server is not None:
+                judge_server.__exit__()
+    log("")
+    log(session_table(results, window))
+    log(session_summary(bench.name, judge, results, window, sessions, (time.monotonic() - start) / 60))
+    return 0
