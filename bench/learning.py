@@ -45,8 +45,9 @@ from openai import OpenAI
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learning_tasks import RECIPES, RecipeBench, Split, Task, summary_line  # noqa: E402
 
-#: recipes driven by sessions and what the user says next, not by reports (bench/learning_sessions.py)
-SESSION_RECIPES = ("openclaw",)
+#: recipes whose user is not "ask, grade, report": their own driver module in bench/, whose
+#: ``main(argv)`` takes the whole command line (``RECIPE`` first) and prints the summary line last
+DRIVERS = {"openclaw": "learning_sessions"}
 
 SCENARIO = "bench"
 #: requests in flight per server: the local runtime decodes up to 8 sequences in one forward
@@ -323,11 +324,9 @@ def table(results: list[SeedResult]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("recipe", choices=sorted({*RECIPES, *SESSION_RECIPES}))
+    parser.add_argument("recipe", choices=sorted({*RECIPES, *DRIVERS}))
     parser.add_argument("--seeds", type=int, default=3, help="seeds to run, 0..N-1 (default 3)")
-    parser.add_argument("--budget", type=int, help="reports per seed, or sessions for openclaw (default: the recipe's)")
-    parser.add_argument("--judge", choices=["model", "rules"],
-                        help="openclaw's judge: the served model (default) or a rule-based judge")
+    parser.add_argument("--budget", type=int, help="reports per seed (default: the recipe's)")
     parser.add_argument("--mode", help="a recipe mode from the registry, e.g. grpo_dis for sao")
     parser.add_argument("--endpoint", help="OpenAI-compatible base URL: run the servers with runtime=upstream")
     parser.add_argument("--model", help="the model name at --endpoint")
@@ -336,17 +335,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reflection-model", help="the model name at --reflection-url")
     parser.add_argument("--heldout", type=int, help="held-out tasks (default: the recipe's)")
     parser.add_argument("--gate-tasks", type=int, help="gate tasks (default: the recipe's)")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in DRIVERS:
+        import importlib
+
+        return importlib.import_module(DRIVERS[argv[0]]).main(argv)
     args = parser.parse_args(argv)
 
     # a SIGTERM (e.g. `timeout`) unwinds like Ctrl-C, so both servers of the seed are stopped
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    if args.recipe in SESSION_RECIPES:
-        import learning_sessions
-
-        return learning_sessions.run(args, Runtime.choose(args.endpoint, args.model),
-                                     log=lambda line: print(line, flush=True))
-    if args.judge:
-        parser.error(f"--judge is an option of {', '.join(SESSION_RECIPES)}")
     bench = RECIPES[args.recipe]
     overrides = {k: v for k, v in (("heldout_tasks", args.heldout), ("gate_tasks", args.gate_tasks)) if v}
     if overrides:

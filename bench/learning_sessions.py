@@ -308,8 +308,28 @@ def session_summary(name: str, judge: str, results: list[SessionSeed], window: i
             f"{above}/{len(results)} seeds above control, {minutes:.1f} min")
 
 
+def main(argv: list[str]) -> int:
+    """``bench/learning.py openclaw [--seeds 3] [--budget SESSIONS] [--judge model|rules]``."""
+    import argparse
+    import signal
+    import sys
+
+    from learning import Runtime
+
+    parser = argparse.ArgumentParser(prog="bench/learning.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("recipe", choices=sorted(SESSION_RECIPES))
+    parser.add_argument("--seeds", type=int, default=3, help="seeds to run, 0..N-1 (default 3)")
+    parser.add_argument("--budget", type=int, help="sessions per seed (default: the recipe's)")
+    parser.add_argument("--judge", choices=["model", "rules"], default="model",
+                        help="the served model on its frozen base (the recipe's default) or the rule-based judge")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    return run(args, Runtime.choose(None, None), log=lambda line: print(line, flush=True))
+
+
 def run(args: Any, runtime: Any, log: Callable[[str], None] = print) -> int:
-    """``bench/learning.py openclaw ...``: every seed, the table and the summary line."""
+    """Every seed, the table and the summary line."""
     import tempfile
 
     bench = SESSION_RECIPES[args.recipe]

@@ -292,7 +292,10 @@ def test_judge_is_an_option_of_session_recipes_only(capsys):
 
     with pytest.raises(SystemExit):
         learning.main(["sao", "--judge", "rules"])
-    assert "--judge is an option of openclaw" in capsys.readouterr().err
+    assert "unrecognized arguments: --judge rules" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        learning.main(["openclaw", "--judge", "oracle"])
+    assert "invalid choice: 'oracle'" in capsys.readouterr().err
 
 
 @pytest.mark.slow
