@@ -1,0 +1,103 @@
+"""reef-recipe-tttd: TTT-Discover (test-time training on one hard problem) as a Reef recipe,
+with its search harness.
+
+The recipe (``recipe=tttd``) trains the served model's LoRA once per complete G×R grid of
+scored attempts: adaptive-β entropic leave-one-out advantages, the centred frozen-base KL folded
+in, the un-clipped importance-sampling token-sum loss, one Adam step. The search harness
+(``python -m reef_recipe_tttd run TASK``, or ``SearchHarness``) is an ordinary Reef client: a PUCT
+archive picks parents, the policy samples through Reef, a sandboxed judge scores, every attempt
+is reported at its grid coordinate and the archive commits once the step's release serves.
+Guidance-TTT (``GuidanceAttempt``) trains a guide while a frozen executor writes solutions.
+
+Hooks: the ``tttd`` recipe, the ``tttd_grid`` record filter, the config group
+``recipe/tttd.yaml``, and a start-up check that refuses a runtime training cannot reach (except
+for ``variant: search-only``, which trains nothing).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from reef_core import ConfigError, hookimpl, require_trainable
+
+from .advantages import entropic_loo_advantages, fold_kl, mean_baseline_advantages, solve_beta
+from .archive import Child, Node, PUCTArchive
+from .grid import GridError, GridFilter, barrier, informative_groups
+from .guidance import GuidanceAttempt, OpenAIExecutor, keyword_executor, parse_guidance, register_executor
+from .harness import DirectAttempt, Outcome, SearchHarness, SearchSettings, StepAborted, StepFailed
+from .judge import Judge, Limits
+from .learner import Learner, LearnerOptions, Rollout
+from .loss import importance_sampling_loss
+from .recipe import TTTDRecipe
+from .tasks import CirclePacking, NumericSpread, Task, Verdict, load_task
+
+RECIPE = "tttd"
+
+__all__ = [
+    "Child",
+    "CirclePacking",
+    "DirectAttempt",
+    "GridError",
+    "GridFilter",
+    "GuidanceAttempt",
+    "Judge",
+    "Learner",
+    "LearnerOptions",
+    "Limits",
+    "Node",
+    "NumericSpread",
+    "OpenAIExecutor",
+    "Outcome",
+    "PUCTArchive",
+    "Rollout",
+    "SearchHarness",
+    "SearchSettings",
+    "StepAborted",
+    "StepFailed",
+    "TTTDRecipe",
+    "Task",
+    "Verdict",
+    "barrier",
+    "entropic_loo_advantages",
+    "fold_kl",
+    "importance_sampling_loss",
+    "informative_groups",
+    "keyword_executor",
+    "load_task",
+    "mean_baseline_advantages",
+    "parse_guidance",
+    "register_executor",
+    "solve_beta",
+]
+
+
+@hookimpl
+def register_recipes(register):
+    register(RECIPE, TTTDRecipe)
+
+
+@hookimpl
+def register_record_filters(register):
+    register("tttd_grid", GridFilter)
+
+
+@hookimpl
+def reef_config_dir():
+    return os.fspath(Path(__file__).with_name("conf"))
+
+
+@hookimpl
+def startup(reef):
+    """Refuse to serve ``recipe=tttd`` on a runtime training cannot reach (e.g. ``upstream``),
+    unless the variant is ``search-only``: one line naming the recipe and the runtime, exit 2."""
+    if reef.learning is None:
+        return
+    name, options = reef.settings.group("recipe")
+    if name != RECIPE or (options or {}).get("variant") == "search-only":
+        return
+    try:
+        require_trainable(reef.runtime, RECIPE)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} (configured: runtime={reef.settings.group('runtime')[0]}; variant=search-only "
+                          "needs no training)") from None

@@ -1,0 +1,153 @@
+"""``TTTDRecipe``: TTT-Discover's training side as a Reef recipe.
+
+The batch is one complete G×R grid of scored rollouts of one search step (``tttd_grid``
+filter, ``batch_size`` = G×R); the barrier is checked again here. Constant-reward groups are
+removed (one kept when all are constant), each remaining group gets adaptive-β entropic
+leave-one-out advantages (``tttd``) or a group-mean baseline (``tttd-mean``), the centred
+frozen-base KL is folded into the per-token advantages, and one Adam step on the un-clipped
+importance-sampling token-sum loss trains the policy's LoRA. Each grid is one candidate
+(``adapter/`` + ``learner/``), selected by ``always``: test-time training has no held-out gate,
+the output that matters is the search archive's best solution.
+
+``search-only`` is the frozen-weights floor: the same grids are consumed and their metrics
+logged, but nothing trains and no release is made.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from reef_core import ActiveRelease, Batch, Candidate, RecipeContext, require_trainable
+
+from .grid import GridError, barrier, informative_groups
+from .learner import LEARNER_DIR, Learner, LearnerOptions, Rollout, read_state, reward_stats
+
+VARIANTS = ("tttd", "tttd-mean", "search-only")
+
+
+class TTTDRecipe:
+    """Trains the policy's LoRA once per complete grid of a TTT-Discover search step."""
+
+    update_target = "adapter"
+    default_evaluator = "always"
+
+    def __init__(self, variant: str = "tttd", groups_per_step: int = 8, rollouts_per_group: int = 64,
+                 max_staleness: int = 0, lr: float = 4e-5, beta1: float = 0.9, beta2: float = 0.95,
+                 eps: float = 1e-8, weight_decay: float = 0.0, kl_coef: float = 0.1, lora_rank: int = 32,
+                 lora_alpha: int = 32, lora_lm_head: bool = False, device: str = "auto", seed: int = 0):
+        problems = []
+        if variant not in VARIANTS:
+            problems.append(f"variant must be one of {', '.join(VARIANTS)}, not {variant!r}")
+        if groups_per_step < 1 or rollouts_per_group < 2:
+            problems.append("groups_per_step must be 1 or more and rollouts_per_group 2 or more")
+        if max_staleness < 0:
+            problems.append("max_staleness must be 0 or more")
+        if lr <= 0 or eps <= 0 or not (0 <= beta1 < 1 and 0 <= beta2 < 1) or weight_decay < 0:
+            problems.append("lr and eps must be above 0, beta1 and beta2 in [0, 1), weight_decay 0 or more")
+        if kl_coef < 0 or not math.isfinite(kl_coef):
+            problems.append("kl_coef must be 0 or more")
+        if lora_rank < 1 or lora_alpha < 1:
+            problems.append("lora_rank and lora_alpha must be 1 or more")
+        if problems:
+            raise ValueError("; ".join(problems))
+        self.variant = variant
+        self.groups = int(groups_per_step)
+        self.rollouts = int(rollouts_per_group)
+        self.batch_size = self.groups * self.rollouts
+        self.max_staleness = int(max_staleness)
+        self.options = LearnerOptions(
+            variant=variant, lr=float(lr), beta1=float(beta1), beta2=float(beta2), eps=float(eps),
+            weight_decay=float(weight_decay), kl_coef=float(kl_coef), lora_rank=int(lora_rank),
+            lora_alpha=int(lora_alpha), lora_lm_head=bool(lora_lm_head), device=str(device), seed=int(seed))
+
+    @property
+    def trains(self) -> bool:
+        return self.variant != "search-only"
+
+    @property
+    def filters(self) -> list[Any]:
+        return ["scored", ("freshness", {"max_behind": self.max_staleness}),
+                ("tttd_grid", {"groups_per_step": self.groups, "rollouts_per_group": self.rollouts})]
+
+    def propose(self, batch: Batch, current: ActiveRelease | None, ctx: RecipeContext) -> Candidate | None:
+        try:
+            grid = barrier(list(batch), self.groups, self.rollouts)
+        except GridError as exc:
+            ctx.log.warning("tttd: the batch is rejected and does not train: %s", exc)
+            return None
+        rewards = grid.group_rewards()
+        keep, removed = informative_groups(rewards)
+        flat = [r for rs in rewards for r in rs]
+        metrics: dict[str, Any] = {
+            "variant": self.variant, "grid_step": grid.step, "run": grid.run,
+            "groups_per_step": self.groups, "rollouts_per_group": self.rollouts, "grid_size": len(flat),
+            **reward_stats(flat),
+            "constant_groups": sum(1 for rs in rewards if max(rs) == min(rs)), "constant_groups_removed": removed,
+            "training_groups": len(keep), "training_size": len(keep) * self.rollouts,
+        }
+        bests = [e.metadata.get("archive_best") for e in grid.ordered()]
+        bests = [float(b) for b in bests if isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b)]
+        if bests:
+            metrics["archive_best_reward"] = max(bests)
+        if not self.trains:
+            ctx.log.info("tttd step %d (search-only, nothing trains): %s", grid.step, _fmt(metrics))
+            return None
+        groups = []
+        for g in keep:
+            group = []
+            for r in range(self.rollouts):
+                exp = grid.cells[(g, r)]
+                rollout = _rollout(exp)
+                if isinstance(rollout, str):
+                    raise GridError(f"report {exp.report_id} (step {grid.step}, group {g}, rollout {r}): {rollout}")
+                group.append(rollout)
+            groups.append(group)
+        runtime = require_trainable(ctx.runtime, ctx.recipe)
+        base = runtime.base_model()
+        from reef_train import load_tokenizer
+
+        tokenizer = load_tokenizer(base)
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        learner_dir = None
+        if current is not None and current.path is not None and read_state(current.path / LEARNER_DIR) is not None:
+            learner_dir = current.path / LEARNER_DIR
+        with ctx.progress.task(f"tttd step {grid.step}: {len(keep)} group(s) x {self.rollouts}", total=2) as bar:
+            learner = Learner(self.options, base, runtime.adapter_of(current), learner_dir, pad_id=pad_id, log=ctx.log)
+            bar.advance()
+            metrics.update(learner.step(groups))
+            bar.advance()
+        ctx.log.info("tttd step %d: %s", grid.step, _fmt(metrics))
+        artifact = ctx.new_artifact()
+        learner.save(artifact)
+        return Candidate(
+            scenario=batch.scenario, recipe=ctx.recipe, artifact_dir=artifact,
+            base_release_id=current.release_id if current else None,
+            summary=(f"{self.variant} grid step {grid.step}: {len(keep)}x{self.rollouts} rollouts, reward mean "
+                     f"{metrics['reward_mean']:.3f} max {metrics['reward_max']:.3f}, beta {metrics['beta_mean']:.3g}"),
+            metadata={"tttd": {"metrics": metrics, "learner_steps": learner.state.steps,
+                               "learner_from": "the serving release" if learner_dir else "new"}},
+        )
+
+
+def _rollout(exp: Any) -> Rollout | str:
+    if len(exp.records) != 1:
+        return f"quotes {len(exp.records)} records; a rollout is exactly one"
+    rec = exp.records[0]
+    prompt, response, logprobs = rec.prompt_token_ids, rec.response_token_ids, rec.logprobs
+    if not prompt or not response or logprobs is None or len(logprobs) != len(response):
+        return ("its record carries no token ids and sampling logprobs; serve a trainable runtime "
+                "(runtime=local) or use variant=search-only")
+    return Rollout(prompt_ids=list(prompt), response_ids=list(response), logprobs=[float(x) for x in logprobs],
+                   reward=float(exp.score), temperature=_temperature(rec))
+
+
+def _temperature(rec: Any) -> float:
+    t = getattr(rec, "logprobs_temperature", None)
+    if t is None:
+        t = (rec.request or {}).get("temperature")
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0 else 1.0
+
+
+def _fmt(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())

@@ -1,0 +1,46 @@
+"""Numeric spread: write n numbers in [0, 1] as far apart from each other as possible.
+
+The reward is the smallest gap between two of the numbers (sorted) times n − 1, so an evenly
+spaced answer that includes both ends (0, 0.25, 0.5, 0.75, 1 for n = 5) scores 1. Invalid: not
+exactly n numbers, one outside [0, 1], or a repeated number.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from .base import Task, Verdict, invalid
+
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+class NumericSpread(Task):
+    max_tokens = 40
+
+    def __init__(self, n: int = 5):
+        if n < 2:
+            raise ValueError("spread: n must be 2 or more")
+        self.n = int(n)
+        self.name = f"spread{self.n}"
+
+    @property
+    def instruction(self) -> str:
+        return (f"Write {self.n} different numbers between 0 and 1, separated by spaces, so that the smallest "
+                f"distance between any two of them is as large as possible.")
+
+    def verify(self, output: str) -> Verdict:
+        nums = [float(x) for x in _NUMBER.findall(output or "")]
+        if len(nums) != self.n:
+            return invalid(f"{len(nums)} numbers, not {self.n}", self.invalid_reward)
+        if not all(math.isfinite(v) and 0.0 <= v <= 1.0 for v in nums):
+            return invalid("a number is outside [0, 1]", self.invalid_reward)
+        ordered = sorted(nums)
+        gap = min(b - a for a, b in zip(ordered, ordered[1:]))
+        if gap <= 0:
+            return invalid("a number repeats", self.invalid_reward)
+        value = gap * (self.n - 1)
+        return Verdict(score=value, raw=value, valid=True, message=f"valid; smallest gap {gap:.4f}, score {value:.4f}")
+
+    def identity(self) -> dict:
+        return {**super().identity(), "n": self.n}
