@@ -98,3 +98,8 @@ def release_with_skills(root: Path, skills: dict[str, tuple[str, str]], release_
         (harness / "skills" / name).mkdir(parents=True, exist_ok=True)
         (harness / "skills" / name / "SKILL.md").write_text(skill_md(name, description, body))
     return ActiveRelease(scenario="default", release_id=release_id, content_hash="x", path=root)
+
+
+#: the create decision that knows the right skill for "What is a + b?"
+SUMS_SKILL = decision("create_skill", "sums", "Use for 'What is a + b?': answer with the number only",
+                      "Add the two numbers and reply with the sum alone.\nExample: What is 3 + 4? -> 7")
