@@ -191,6 +191,10 @@ def compose(overrides: list[str] | tuple[str, ...] = (), plugins: Plugins | None
     for o in overrides:
         if o.startswith("hydra"):
             raise ConfigError(f"override {o!r} is not allowed: hydra.* keys are managed by Reef")
+    if not any(o.split("=", 1)[0].lstrip("+~") == "evaluator" for o in overrides):
+        # evaluator=recipe_default has no keys of its own: `evaluator.tasks=...` are options of
+        # the recipe's own evaluator, checked against it once the recipe is known (validate)
+        overrides = [f"++{o}" if o.startswith("evaluator.") else o for o in overrides]
     search = ",".join(f"file://{p}" for _, p in plugins.config_dirs)
     if search:
         overrides.append(f"hydra.searchpath=[{search}]")

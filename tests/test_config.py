@@ -123,6 +123,16 @@ def test_evaluator_defaults_to_the_recipes_own():
     ok = load_settings(["recipe=feedback_rules", "+evaluator.tasks=[{prompt: hi, expected: hello}]"])
     assert ok.group("evaluator")[1]["tasks"][0]["prompt"] == "hi"
     assert load_settings(["recipe=feedback_rules", "evaluator=always"]).group("evaluator")[0] == "always"
+    # as the docs write it, without Hydra's '+': the options are the recipe's evaluator's
+    plain = load_settings(["recipe=feedback_rules", "evaluator.tasks=[{prompt: hi, expected: hello}]",
+                           "evaluator.repeats=2"])
+    assert plain.group("evaluator") == (None, {"tasks": [{"prompt": "hi", "expected": "hello"}], "repeats": 2})
+    with pytest.raises(ConfigError, match="evaluator.*tasksss"):
+        load_settings(["recipe=feedback_rules", "evaluator.tasks=[{prompt: hi, expected: hello}]",
+                       "evaluator.tasksss=1"])
+    # a chosen evaluator keeps Hydra's strictness: its yaml lists its keys
+    with pytest.raises(ConfigError, match="tasksss"):
+        load_settings(["evaluator=always", "evaluator.tasksss=1"])
 
 
 def test_loop_uses_the_recipe_default_evaluator(tmp_path):
