@@ -246,7 +246,7 @@ class SearchHarness:
                     raise StepFailed(f"the server's step on this grid ended {status}: {cand.get('reason')}")
                 if status == "skipped":
                     return wait.get("release_id")
-                if status == "selected" and cand.get("release_id"):
+                if status in ("selected", "published") and cand.get("release_id"):
                     state = self.client.scenario_state()
                     if state.get("serving_release_id") == cand["release_id"]:
                         return cand["release_id"]

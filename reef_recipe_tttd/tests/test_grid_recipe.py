@@ -1,0 +1,145 @@
+"""The grid barrier, mixed-release rejection, constant groups, the recipe's step and the contract kit."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from reef_core import Batch
+from reef_core.testing import check_recipe, recipe_context
+from reef_recipe_tttd import GridFilter, Learner, LearnerOptions, Rollout, TTTDRecipe, barrier, informative_groups
+from reef_recipe_tttd.grid import GridError
+from reef_recipe_tttd.learner import read_state
+from reef_recipe_tttd.loss import importance_sampling_loss
+from reef_recipe_tttd.testing import SCENARIO, sampled_grid, scored_grid
+from reef_train.testing import prompt_ids
+
+
+def test_barrier_needs_every_coordinate_of_one_release():
+    grid = barrier(scored_grid([[0.1, 0.2], [0.3, 0.4]]), 2, 2)
+    assert grid.complete and grid.group_rewards() == [[0.1, 0.2], [0.3, 0.4]]
+    with pytest.raises(GridError, match="3 of 4"):
+        barrier(scored_grid([[0.1, 0.2], [0.3, 0.4]])[:3], 2, 2)
+    with pytest.raises(GridError, match="mixes releases"):
+        barrier(scored_grid([[0.1, 0.2], [0.3, 0.4]], releases=[["r1", "r1"], ["r1", "r2"]]), 2, 2)
+    with pytest.raises(GridError, match="exactly one grid"):
+        barrier(scored_grid([[0.1, 0.2]], step=0) + scored_grid([[0.3, 0.4]], step=1), 1, 2)
+
+
+def test_the_filter_releases_only_whole_single_release_grids_oldest_first():
+    flt = GridFilter(groups_per_step=1, rollouts_per_group=2)
+    step0 = scored_grid([[0.1, 0.2]], step=0)
+    step1 = scored_grid([[0.3, 0.4]], step=1)
+    mixed = scored_grid([[0.5, 0.6]], step=2, releases=[["r1", "r2"]])
+    half = scored_grid([[0.7, 0.8]], step=3)[:1]
+    items = step1 + step0 + mixed + half + [step0[0]]  # a retried coordinate of step 0
+    kept = flt.apply(items, None)
+    assert [e.report_id for e in kept] == [e.report_id for e in step1 + step0]
+    assert flt.apply(kept, None) == kept  # idempotent
+    # another shape, malformed metadata: left out
+    wrong = scored_grid([[0.1, 0.2, 0.3]])
+    assert flt.apply(wrong, None) == []
+    bad = [e.__class__(**{**e.__dict__, "metadata": {**e.metadata, "comparison_set": "x"}}) for e in step0]
+    assert flt.apply(bad, None) == []
+
+
+def test_constant_groups_are_removed_and_one_kept_when_all_are():
+    assert informative_groups([[0.0, 0.0], [0.1, 0.5], [1.0, 1.0]]) == ([1], 2)
+    assert informative_groups([[0.0, 0.0], [0.2, 0.2]]) == ([0], 1)
+
+
+def test_mixed_release_batch_trains_nothing(tmp_path, runtime):
+    recipe = TTTDRecipe(groups_per_step=2, rollouts_per_group=2)
+    batch = Batch(SCENARIO, scored_grid([[0.1, 0.2], [0.3, 0.4]], releases=[["r1", "r1"], ["r2", "r2"]]))
+    assert recipe.propose(batch, None, recipe_context(tmp_path, None, recipe="tttd", runtime=runtime)) is None
+
+
+def test_loss_is_an_unclipped_token_sum():
+    logp = torch.tensor([[-1.0, -2.0], [-0.5, -0.1]], requires_grad=True)
+    old = torch.tensor([[-1.0, -1.0], [-1.0, -0.1]])
+    adv = torch.tensor([[2.0, 2.0], [-1.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    loss, stats = importance_sampling_loss(logp, old, adv, mask)
+    expected = -(1.0 * 2.0 + torch.exp(torch.tensor(-1.0)) * 2.0 + torch.exp(torch.tensor(0.5)) * -1.0)
+    assert loss.item() == pytest.approx(float(expected))
+    assert stats["tokens"] == 3
+
+
+@pytest.fixture(scope="module")
+def grid_batch(tiny_model_dir, tokenizer):
+    prompt = prompt_ids(tokenizer, "pack")
+    # reward: how many digits the response holds (varies across rollouts)
+    digits = set(tokenizer.convert_tokens_to_ids(list("0123456789")))
+    return sampled_grid(tiny_model_dir, prompt, lambda r: float(sum(t in digits for t in r)) + 0.01 * len(r),
+                        groups=2, rollouts=4, seed=1)
+
+
+def test_one_step_moves_the_lora_towards_the_best(tiny_model_dir, grid_batch):
+    base = SimpleNamespace(path=tiny_model_dir, device="cpu")
+    learner = Learner(LearnerOptions(lr=5e-2, lora_rank=4, lora_alpha=8, lora_lm_head=True), base, None, None, pad_id=0)
+    exps = list(grid_batch)
+    groups = [[Rollout(e.records[0].prompt_token_ids, e.records[0].response_token_ids, e.records[0].logprobs,
+                       float(e.score)) for e in exps[g * 4:(g + 1) * 4]] for g in range(2)]
+    before = {n: p.detach().clone() for n, p in learner.policy.named_parameters() if "lora_" in n}
+    metrics = learner.step(groups)
+    # the first step's ratios are 1: the recorded logprobs are this policy's
+    assert metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert metrics["kl_sampled"] == pytest.approx(0.0, abs=1e-4)  # a fresh LoRA is the base
+    assert metrics["beta_mean"] > 0 and metrics["trained_rollouts"] == 8
+    assert any(not torch.equal(before[n], p) for n, p in learner.policy.named_parameters() if "lora_" in n)
+    # the best rollout of each group got likelier
+    from reef_train import Sample, collate
+
+    for group in groups:
+        best = max(group, key=lambda r: r.reward)
+        batch = collate([Sample(best.prompt_ids, best.response_ids)], 0)
+        from reef_recipe_tttd.loss import row_logprobs
+
+        with torch.no_grad():
+            now = row_logprobs(learner.policy, batch, torch.tensor([1.0]))
+        start = len(best.prompt_ids) - 1
+        assert float(now[0, start:start + len(best.response_ids)].sum()) > sum(best.logprobs)
+
+
+def test_the_contract_kit_passes(tmp_path, runtime, grid_batch):
+    # the kit's synthetic batch is no grid: rejected, nothing trains
+    assert check_recipe(TTTDRecipe(), tmp_path / "synthetic") == (None, None)
+    recipe = TTTDRecipe(groups_per_step=2, rollouts_per_group=4, max_staleness=1, lora_rank=4, lora_alpha=8,
+                        lora_lm_head=True, lr=1e-3)
+    first, second = check_recipe(recipe, tmp_path / "real", batch=grid_batch,
+                                 context=lambda scratch, current: recipe_context(scratch, current, recipe="tttd",
+                                                                                 runtime=runtime))
+    assert (first.artifact_dir / "adapter" / "adapter_config.json").is_file()
+    assert read_state(first.artifact_dir / "learner")["steps"] == 1
+    assert second.metadata["tttd"]["learner_from"] == "the serving release"
+    assert read_state(second.artifact_dir / "learner")["steps"] == 2
+    m = first.metadata["tttd"]["metrics"]
+    for key in ("reward_min", "reward_max", "reward_mean", "reward_std", "reward_zero_fraction", "constant_groups",
+                "constant_groups_removed", "grid_size", "training_size", "beta_mean", "kl_sampled"):
+        assert key in m, key
+    assert m["grid_size"] == 8
+
+
+def test_search_only_trains_nothing(tmp_path, grid_batch):
+    recipe = TTTDRecipe(variant="search-only", groups_per_step=2, rollouts_per_group=4)
+    # no trainable runtime needed
+    assert recipe.propose(grid_batch, None, recipe_context(tmp_path, None, recipe="tttd")) is None
+
+
+def test_records_without_tokens_say_what_to_do(tmp_path, runtime):
+    recipe = TTTDRecipe(groups_per_step=1, rollouts_per_group=2)
+    batch = Batch(SCENARIO, scored_grid([[0.1, 0.9]]))
+    with pytest.raises(GridError, match="runtime=local"):
+        recipe.propose(batch, None, recipe_context(tmp_path, None, recipe="tttd", runtime=runtime))
+
+
+def test_options_are_checked():
+    with pytest.raises(ValueError, match="variant"):
+        TTTDRecipe(variant="ppo")
+    with pytest.raises(ValueError, match="rollouts_per_group"):
+        TTTDRecipe(rollouts_per_group=1)
+    r = TTTDRecipe(groups_per_step=3, rollouts_per_group=4)
+    assert r.batch_size == 12 and r.default_evaluator == "always"
+    assert ("tttd_grid", {"groups_per_step": 3, "rollouts_per_group": 4}) in r.filters
