@@ -1,0 +1,234 @@
+"""The learning bench for test-time discovery (``tttd``): one problem, many attempts, the best found.
+
+Per seed, two real ``reef serve`` processes with ``recipe=tttd``: the LEARNER (``variant: tttd``,
+its loop trains the served model's LoRA once per grid and hot-swaps it) and the floor
+(``variant: search-only``: the same grids are reported and consumed, the weights stay frozen).
+The package's search harness (``reef_recipe_tttd.SearchHarness``) is the client of each, with
+the same seed, the same task, the same PUCT settings and the same sample budget; it talks to
+Reef through the ``openai`` SDK and ``/reef/report`` only. Reported per seed: the archive's best
+score at the end of the budget and the fraction of valid outputs in the first and last steps.
+
+Usage:
+    python bench/learning.py tttd [--seeds 3] [--budget 400] [--task circles3] [--groups 2]
+                                  [--rollouts 8] [--lr 5e-4] [--guidance]
+
+``--guidance`` runs Guidance-TTT instead: the served model is the guide and the package's
+deterministic keyword executor (``keywords``) writes the solutions. The last line printed is
+the summary: ``tttd: best <mean±sd> vs search-only <mean±sd> at <N> samples, valid
+<first>→<last> vs <first>→<last>, <k>/<seeds> seeds above search-only, <minutes> min``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from learning_tasks import fmt_mean_sd
+
+SCENARIO = "bench"
+MODES = ("tttd", "search-only")
+
+
+@dataclass(frozen=True)
+class DiscoveryBench:
+    """What one run compares: the task, the grid, the budget and the learner's options."""
+
+    task: str = "circles3"
+    groups: int = 2
+    rollouts: int = 8
+    budget: int = 400
+    lr: float = 5e-4
+    lora_rank: int = 32
+    kl_coef: float = 0.1
+    temperature: float = 1.0
+    guidance: bool = False
+
+    @property
+    def steps(self) -> int:
+        """Steps that fit the sample budget (at least one)."""
+        return max(1, self.budget // (self.groups * self.rollouts))
+
+    @property
+    def samples(self) -> int:
+        return self.steps * self.groups * self.rollouts
+
+
+def server_config(bench: DiscoveryBench, variant: str, seed: int) -> dict[str, Any]:
+    """The YAML config of one server (everything but the state dir, port and runtime)."""
+    return {
+        "server": {"default_scenario": SCENARIO, "log_level": "warning"},
+        "recipe": {"name": "tttd", "variant": variant, "groups_per_step": bench.groups,
+                   "rollouts_per_group": bench.rollouts, "lr": bench.lr, "lora_rank": bench.lora_rank,
+                   "lora_alpha": bench.lora_rank, "kl_coef": bench.kl_coef, "seed": seed},
+        "loop": {"enabled": True, "schedule_s": None},
+    }
+
+
+@dataclass
+class SideResult:
+    """One server's search: its history (one entry per committed step)."""
+
+    history: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def best(self) -> float:
+        return self.history[-1]["archive_best"] if self.history else 0.0
+
+    @property
+    def samples(self) -> int:
+        return sum(h["samples"] for h in self.history)
+
+    def valid(self, which: str) -> float:
+        if not self.history:
+            return 0.0
+        return self.history[0 if which == "first" else -1]["valid_fraction"]
+
+
+@dataclass
+class DiscoverySeed:
+    seed: int
+    sides: dict[str, SideResult]
+    seconds: float = 0.0
+
+    @property
+    def above(self) -> bool:
+        return self.sides["tttd"].best > self.sides["search-only"].best
+
+
+def seed_table(results: list[DiscoverySeed]) -> str:
+    rows = ["seed | tttd best | search-only best | tttd valid first→last | search-only valid first→last | min",
+            "---- | -------- | ---------------- | --------------------- | ---------------------------- | ---"]
+    for r in results:
+        t, s = r.sides["tttd"], r.sides["search-only"]
+        rows.append(f"{r.seed} | {t.best:.4f} | {s.best:.4f} | {t.valid('first'):.0%}→{t.valid('last'):.0%} | "
+                    f"{s.valid('first'):.0%}→{s.valid('last'):.0%} | {r.seconds / 60:.1f}"
+                    + (f" | errors: {t.error or ''} {s.error or ''}" if t.error or s.error else ""))
+    return "\n".join(rows)
+
+
+def _valid_span(sides: list[SideResult]) -> str:
+    return f"{statistics.fmean(s.valid('first') for s in sides):.0%}→{statistics.fmean(s.valid('last') for s in sides):.0%}"
+
+
+def summary(name: str, results: list[DiscoverySeed], samples: int, minutes: float) -> str:
+    """The one summary line of the run."""
+    learner = [r.sides["tttd"] for r in results]
+    floor = [r.sides["search-only"] for r in results]
+    above = sum(r.above for r in results)
+    return (f"{name}: best {fmt_mean_sd([s.best for s in learner])} vs search-only "
+            f"{fmt_mean_sd([s.best for s in floor])} at {samples} samples, valid {_valid_span(learner)} vs "
+            f"{_valid_span(floor)}, {above}/{len(results)} seeds above search-only, {minutes:.1f} min")
+
+
+def run_side(server: Any, bench: DiscoveryBench, seed: int, run_dir: Path, log: Callable[[str], None]) -> SideResult:
+    """The search harness against one server for the whole budget."""
+    from reef_recipe_tttd import GuidanceAttempt, SearchHarness, SearchSettings, keyword_executor, load_task
+    from reef_recipe_tttd.client import ReefClient
+
+    task = load_task(bench.task)
+    client = ReefClient(server.url, token=server.token, scenario=SCENARIO, model=server.model)
+    attempt = GuidanceAttempt(task, keyword_executor) if bench.guidance else None
+    settings = SearchSettings(groups=bench.groups, rollouts=bench.rollouts, temperature=bench.temperature,
+                              concurrency=8, wait_timeout_s=900, run=f"bench-{seed}")
+    result = SideResult()
+    try:
+        harness = SearchHarness(task, client, run_dir, settings, attempt=attempt,
+                                log=lambda m: log(f"  [{server.name}] {m}"))
+        while harness.next_step < bench.steps:
+            harness.step()
+            result.history = list(harness.history)
+    except Exception as exc:  # the table says which side failed and why; the other side goes on
+        result.error = f"{type(exc).__name__}: {exc}"
+        log(f"  [{server.name}] stopped: {result.error}\n{server.log_tail()}")
+    finally:
+        client.close()
+    return result
+
+
+def run_seed(bench: DiscoveryBench, seed: int, runtime: Any, workdir: Path,
+             log: Callable[[str], None]) -> DiscoverySeed:
+    """Both servers of one seed, searched side by side."""
+    from learning import ReefProcess
+
+    start = time.monotonic()
+    servers = {mode: ReefProcess(mode, workdir / f"seed{seed}", server_config(bench, mode, seed), runtime,
+                                 evaluator="always") for mode in MODES}
+    sides: dict[str, SideResult] = {}
+    try:
+        for s in servers.values():
+            s.start()
+        for s in servers.values():
+            s.wait_ready()
+
+        def one(mode: str) -> None:
+            sides[mode] = run_side(servers[mode], bench, seed, workdir / f"seed{seed}" / f"{mode}-run", log)
+
+        threads = [threading.Thread(target=one, args=(m,)) for m in MODES]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for s in servers.values():
+            s.stop()
+    result = DiscoverySeed(seed, {m: sides.get(m, SideResult(error="did not run")) for m in MODES},
+                           time.monotonic() - start)
+    log(f"seed {seed}: tttd best {result.sides['tttd'].best:.4f} vs search-only "
+        f"{result.sides['search-only'].best:.4f} ({result.seconds / 60:.1f} min)")
+    return result
+
+
+def parse(argv: list[str]) -> tuple[DiscoveryBench, int]:
+    p = argparse.ArgumentParser(prog="bench/learning.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("recipe", choices=["tttd"])
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--budget", type=int, default=DiscoveryBench.budget, help="samples per side and seed")
+    p.add_argument("--task", default=DiscoveryBench.task)
+    p.add_argument("--groups", type=int, default=DiscoveryBench.groups)
+    p.add_argument("--rollouts", type=int, default=DiscoveryBench.rollouts)
+    p.add_argument("--lr", type=float, default=DiscoveryBench.lr)
+    p.add_argument("--lora-rank", type=int, default=DiscoveryBench.lora_rank)
+    p.add_argument("--guidance", action="store_true", help="Guidance-TTT with the keyword executor")
+    a = p.parse_args(argv)
+    if a.seeds < 1 or a.budget < a.groups * a.rollouts:
+        raise SystemExit("Error: --seeds must be 1 or more and --budget at least one grid (groups x rollouts)")
+    return DiscoveryBench(task=a.task, groups=a.groups, rollouts=a.rollouts, budget=a.budget, lr=a.lr,
+                          lora_rank=a.lora_rank, guidance=a.guidance), a.seeds
+
+
+def main(argv: list[str]) -> int:
+    """``bench/learning.py tttd [options]``: every seed, the table, the summary line last."""
+    import signal
+    import sys
+
+    from learning import Runtime
+
+    bench, seeds = parse(argv)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    # two servers share the machine: one torch thread each keeps their steps from thrashing
+    os.environ["OMP_NUM_THREADS"] = os.environ.get("REEF_BENCH_THREADS", "1")
+    os.environ["MKL_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"]
+    runtime = Runtime.choose(None, None)
+    log = lambda line: print(line, flush=True)  # noqa: E731
+    name = "tttd (Guidance-TTT, keyword executor)" if bench.guidance else "tttd"
+    log(f"{name} on {bench.task}: {bench.groups}x{bench.rollouts} grid, {bench.steps} steps = {bench.samples} samples "
+        f"per side, lr {bench.lr:g}, LoRA rank {bench.lora_rank}; runtime {runtime.description}; {seeds} seed(s)")
+    start = time.monotonic()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="reef-bench-discovery-") as tmp:
+        for seed in range(seeds):
+            results.append(run_seed(bench, seed, runtime, Path(tmp), log))
+    log("")
+    log(seed_table(results))
+    log(summary(name, results, bench.samples, (time.monotonic() - start) / 60))
+    return 0

@@ -1,0 +1,63 @@
+"""The discovery bench driver (bench/learning_discovery.py): its pure pieces, and one slow smoke run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import learning_discovery as ld  # noqa: E402
+
+
+def _side(bests, valid):
+    return ld.SideResult(history=[{"step": i, "samples": 16, "archive_best": b, "valid_fraction": v}
+                                  for i, (b, v) in enumerate(zip(bests, valid))])
+
+
+def test_budget_becomes_whole_steps():
+    bench = ld.DiscoveryBench(groups=2, rollouts=8, budget=400)
+    assert (bench.steps, bench.samples) == (25, 400)
+    assert ld.DiscoveryBench(groups=2, rollouts=8, budget=40).samples == 32
+    assert ld.parse(["tttd", "--budget", "64", "--seeds", "2"])[0].steps == 4
+    with pytest.raises(SystemExit):
+        ld.parse(["tttd", "--budget", "8"])
+
+
+def test_server_config_differs_only_in_the_variant():
+    bench = ld.DiscoveryBench()
+    a, b = ld.server_config(bench, "tttd", 1), ld.server_config(bench, "search-only", 1)
+    assert a["recipe"].pop("variant") == "tttd" and b["recipe"].pop("variant") == "search-only"
+    assert a == b
+    assert a["recipe"]["groups_per_step"] * a["recipe"]["rollouts_per_group"] == 16
+    assert a["loop"]["enabled"] is True
+
+
+def test_summary_line_and_table():
+    results = [
+        ld.DiscoverySeed(0, {"tttd": _side([0.3, 0.6], [0.25, 1.0]), "search-only": _side([0.3, 0.4], [0.25, 0.5])}),
+        ld.DiscoverySeed(1, {"tttd": _side([0.2, 0.5], [0.5, 1.0]), "search-only": _side([0.2, 0.55], [0.5, 0.5])}),
+    ]
+    line = ld.summary("tttd", results, 32, 3.04)
+    assert line == ("tttd: best 0.550±0.071 vs search-only 0.475±0.106 at 32 samples, valid 38%→100% vs 38%→50%, "
+                    "1/2 seeds above search-only, 3.0 min")
+    table = ld.seed_table(results)
+    assert "0 | 0.6000 | 0.4000 | 25%→100% | 25%→50%" in table
+
+
+def test_a_failed_side_counts_as_nothing():
+    side = ld.SideResult(error="StepFailed: x")
+    assert (side.best, side.samples, side.valid("last")) == (0.0, 0, 0.0)
+    seed = ld.DiscoverySeed(0, {"tttd": side, "search-only": _side([0.1], [0.5])})
+    assert not seed.above and "errors" in ld.seed_table([seed])
+
+
+@pytest.mark.slow
+def test_smoke_one_seed_tiny_budget(capsys):
+    """Both real servers (the embedded SmolLM2) for two steps of a 2x4 grid."""
+    assert ld.main(["tttd", "--seeds", "1", "--budget", "16", "--rollouts", "4", "--lora-rank", "8"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("tttd: best ") and "at 16 samples" in last and "/1 seeds above search-only" in last
