@@ -6,7 +6,8 @@ model as a catalogue of name + description) and ``harness/config.json`` (setting
 client-side harnesses; carried by the install script, not interpreted here).
 
 Server-side the harness becomes one text block placed in front of the client's own system
-prompt: an OpenAI ``system`` message, or the Anthropic ``system`` field. Parsing happens once
+prompt: an OpenAI ``system`` message, the Anthropic ``system`` field, or the Responses API's
+``instructions``. Parsing happens once
 per release (``HarnessCache``), never on the request path.
 """
 
@@ -127,6 +128,11 @@ def inject(body: dict[str, Any], dialect: str, harness: Harness) -> dict[str, An
         return body
     block = harness.prompt()
     out = copy.copy(body)
+    if dialect == "responses":  # the Responses API's system prompt is ``instructions``
+        instructions = body.get("instructions")
+        out["instructions"] = block + "\n\n" + instructions if isinstance(instructions, str) and instructions \
+            else block
+        return out
     if dialect == "anthropic":
         system = body.get("system")
         if system is None or system == "":

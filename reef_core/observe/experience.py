@@ -141,9 +141,14 @@ class Batch:
 
 
 def response_text(body: Any) -> str:
-    """Plain text of an OpenAI chat completion or Anthropic message response body."""
+    """Plain text of an OpenAI chat completion, Responses API response or Anthropic message body."""
     if not isinstance(body, dict):
         return "" if body is None else str(body)
+    if body.get("object") == "response":  # the Responses API: the text of its message items
+        return "".join(str(part.get("text", "")) for item in body.get("output") or []
+                       if isinstance(item, dict) and item.get("type") == "message"
+                       for part in item.get("content") or []
+                       if isinstance(part, dict) and part.get("type") == "output_text")
     choices = body.get("choices")
     if isinstance(choices, list) and choices:
         msg = choices[0].get("message") or {}

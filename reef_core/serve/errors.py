@@ -23,7 +23,7 @@ from . import jsonfast
 
 log = logging.getLogger("reef.serve")
 
-OPENAI_PATHS = ("/v1/chat/completions",)
+OPENAI_PATHS = ("/v1/chat/completions", "/v1/responses")
 ANTHROPIC_PATHS = ("/v1/messages",)
 
 _OPENAI_TYPES = {
@@ -80,8 +80,8 @@ def dialect_of(request_or_path: Request | str) -> str:
 
 def error_body(dialect: str, status: int, message: str, *, param: str | None = None,
                error_type: str | None = None) -> dict[str, Any]:
-    """A provider- or Reef-shaped error body."""
-    if dialect == "openai":
+    """A provider- or Reef-shaped error body (the Responses API answers errors as OpenAI does)."""
+    if dialect in ("openai", "responses"):
         t = error_type or _OPENAI_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
         return {"error": {"message": message, "type": t, "param": param, "code": _OPENAI_CODES.get(status)}}
     if dialect == "anthropic":

@@ -3,7 +3,7 @@
 The inference routes are the hot path: at concurrency 1 FastAPI's routing, dependency
 resolution and exception/exit-stack middleware cost about 0.17 ms of a request's ~1.4 ms
 overhead. This pure-ASGI middleware answers ``POST /v1/chat/completions`` and
-``POST /v1/messages`` by calling the same handler the routes use (``_serve``) after the same
+``POST /v1/messages`` (and ``POST /v1/responses``) by calling the same handler the routes use (``_serve``) after the same
 authentication, and turns exceptions into responses with the app's own exception handlers,
 so answers, error shapes and metrics are identical. The FastAPI routes stay declared: they
 describe the endpoints in ``/openapi.json`` and serve anything this does not take.
@@ -21,6 +21,7 @@ from .auth import authenticate, check_role
 ROUTES = {
     "/v1/chat/completions": ("openai", "openai.chat"),
     "/v1/messages": ("anthropic", "anthropic.messages"),
+    "/v1/responses": ("responses", "openai.responses"),
 }
 
 

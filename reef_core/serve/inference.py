@@ -24,8 +24,9 @@ from ..store import Record
 from ..types import ActiveRelease, InferenceCall
 from . import jsonfast
 from .dialects import (
-    StreamAssembler,
+    TERMINAL_EVENTS,
     is_usage_chunk,
+    stream_assembler,
     stream_translator,
     translate_request,
     translate_response,
@@ -43,8 +44,8 @@ _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 class Exchange:
     """One inference request as the record will keep it."""
 
-    route: str  # openai.chat | anthropic.messages
-    dialect: str  # the client's dialect
+    route: str  # openai.chat | anthropic.messages | openai.responses
+    dialect: str  # the client's dialect: openai | anthropic | responses
     scenario: str
     session: str | None
     tags: dict[str, str] | None
@@ -107,6 +108,12 @@ def _finish_reason(response: Any) -> str | None:
     Anthropic ``stop_reason``), when the runtime did not report it in ``call.extras``."""
     if not isinstance(response, dict):
         return None
+    if response.get("object") == "response":  # the Responses API: from the status and the output
+        if any(isinstance(i, dict) and i.get("type") == "function_call" for i in response.get("output") or []):
+            return "tool_calls"
+        incomplete = response.get("incomplete_details") or {}
+        return "length" if incomplete.get("reason") == "max_output_tokens" else \
+            ("stop" if response.get("status") == "completed" else None)
     reason = response.get("stop_reason")
     if reason is None:
         choices = response.get("choices")
@@ -163,7 +170,8 @@ async def complete(state: ServeState, ex: Exchange) -> Response:
         try:
             answer = await state.reef.runtime.complete(call)
             _check_answer_depth(answer, state.max_json_depth)
-            body = translate_response(answer, state.runtime_dialect, ex.dialect)
+            body = translate_response(answer, state.runtime_dialect, ex.dialect, request=ex.body,
+                                      response_id=ex.record_id)
         except Exception as exc:
             submitted = True
             return await _fail(state, ex, call, exc)
@@ -205,9 +213,20 @@ def _submit_quietly(state: ServeState, record: Record) -> None:
 
 
 def _sse(dialect: str, event: dict[str, Any]) -> bytes:
+    """One server-sent event: Chat Completions sends bare ``data:`` lines; Anthropic and the
+    Responses API name each event after its ``type``."""
     if dialect == "openai":
         return b"data: " + jsonfast.dumps(event) + b"\n\n"
     return b"event: " + str(event.get("type", "message")).encode() + b"\ndata: " + jsonfast.dumps(event) + b"\n\n"
+
+
+def _stream_error(dialect: str, status: int, message: str) -> dict[str, Any]:
+    """An in-band error event: the Responses ``error`` event carries ``code``/``message`` and,
+    like the other dialects' error events, an ``error`` object the SDKs raise on."""
+    body = error_body(dialect, status, message, error_type="api_error")
+    if dialect == "responses":
+        return {"type": "error", "code": "api_error", "message": message, "param": None, **body}
+    return body
 
 
 def _open_stream(state: ServeState, call: InferenceCall) -> AsyncIterator[list[dict[str, Any]]]:
@@ -227,7 +246,7 @@ class _StreamJob:
         self.ex = ex
         self.call = call
         self.batches = batches
-        self.assembler = StreamAssembler(ex.dialect)
+        self.assembler = stream_assembler(ex.dialect)
         self.recorded = False
         self.closed = False
         #: set when the server sees the client's disconnect (sends to a gone client are no-ops,
@@ -299,7 +318,8 @@ async def stream(state: ServeState, ex: Exchange) -> Response:
         raise
     state.metrics.first_byte.labels(ex.route).observe(time.perf_counter() - ex.started)
     job = _StreamJob(state, ex, call, batches)
-    return _RecordedStream(job, _relay(job, first, stream_translator(state.runtime_dialect, ex.dialect)),
+    translator = stream_translator(state.runtime_dialect, ex.dialect, request=ex.body, response_id=ex.record_id)
+    return _RecordedStream(job, _relay(job, first, translator),
                            media_type="text/event-stream", headers={**ex.headers(), **_SSE_HEADERS})
 
 
@@ -308,7 +328,9 @@ async def _relay(job: _StreamJob, first: list[dict[str, Any]], translator: Any) 
     dialect = ex.dialect
     # OpenAI: Reef asks the runtime for usage (for the record); the client sees it only if it asked.
     drop_usage = dialect == "openai" and not _client_wants_usage(ex.body)
-    held_stop: dict[str, Any] | None = None  # Anthropic message_stop, sent after the record is durable
+    # the terminal event (Anthropic message_stop, Responses response.completed), sent after the
+    # record is durable, with the receipt
+    held_stop: dict[str, Any] | None = None
     try:
         batch: list[dict[str, Any]] | None = first
         while True:
@@ -324,6 +346,9 @@ async def _relay(job: _StreamJob, first: list[dict[str, Any]], translator: Any) 
                     held_stop = ev
                     continue
                 assembler.add(ev)
+                if dialect == "responses" and ev.get("type") in TERMINAL_EVENTS:
+                    held_stop = ev
+                    continue
                 if drop_usage and is_usage_chunk(ev):
                     continue
                 chunk += _sse(dialect, ev)
@@ -341,7 +366,7 @@ async def _relay(job: _StreamJob, first: list[dict[str, Any]], translator: Any) 
         state.metrics.upstream_errors.labels(str(status)).inc()
         _submit_quietly(state, job.record("incomplete", error))
         # Tell the client in-band: both SDKs raise on an error event inside a stream.
-        yield _sse(dialect, error_body(dialect, status, error, error_type="api_error"))
+        yield _sse(dialect, _stream_error(dialect, status, error))
         return
     if job.client_gone:
         return
@@ -350,8 +375,8 @@ async def _relay(job: _StreamJob, first: list[dict[str, Any]], translator: Any) 
     except Exception as exc:  # no durable record, so no receipt marker: the client is told
         log.error("could not store record %s: %s", ex.record_id, exc)
         state.metrics.record_failures.inc()
-        yield _sse(dialect, error_body(dialect, 503, "the answer could not be recorded durably; "
-                                                     "retry the request", error_type="api_error"))
+        yield _sse(dialect, _stream_error(dialect, 503, "the answer could not be recorded durably; "
+                                                        "retry the request"))
         return
     marker = {"agent_record_id": ex.record_id, "release_id": ex.release_id}
     if dialect == "openai":
@@ -359,6 +384,10 @@ async def _relay(job: _StreamJob, first: list[dict[str, Any]], translator: Any) 
         yield _sse(dialect, {"id": base.get("id", ""), "object": "chat.completion.chunk",
                              "created": base.get("created", int(time.time())), "model": base.get("model", ""),
                              "choices": [], "reef": marker}) + b"data: [DONE]\n\n"
+    elif dialect == "responses":
+        final = dict(held_stop or {"type": "response.completed", "response": assembler.result()})
+        final["reef"] = marker
+        yield _sse(dialect, final)
     else:
         stop = dict(held_stop or {"type": "message_stop"})
         stop["reef"] = marker

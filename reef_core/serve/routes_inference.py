@@ -1,4 +1,5 @@
-"""Provider-compatible inference routes: ``/v1/chat/completions``, ``/v1/messages``, ``/v1/models``."""
+"""Provider-compatible inference routes: ``/v1/chat/completions``, ``/v1/messages``, ``/v1/responses``,
+``/v1/models``."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import time
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from ..store import new_id
 from . import jsonfast
 from .auth import Principal, check_scenario, require_role
+from .dialects.responses_api import input_items, output_as_input
 from .errors import ClientError
 from .inference import Exchange, complete, stream
 from .scenarios import header_scenario
@@ -52,6 +55,15 @@ ANTHROPIC_BODY = _body_schema(["messages", "max_tokens"], {
     "stream": {"type": "boolean"}, "temperature": {"type": "number"}, "top_p": {"type": "number"},
     "stop_sequences": {"type": "array", "items": {"type": "string"}},
     "tools": {"type": "array", "items": {"type": "object"}}, "tool_choice": {"type": "object"},
+})
+RESPONSES_BODY = _body_schema(["input"], {
+    "model": {"type": "string"},
+    "input": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]},
+    "instructions": {"type": "string"}, "previous_response_id": {"type": "string"},
+    "store": {"type": "boolean"}, "stream": {"type": "boolean"},
+    "max_output_tokens": {"type": "integer"}, "temperature": {"type": "number"}, "top_p": {"type": "number"},
+    "tools": {"type": "array", "items": {"type": "object"}}, "tool_choice": {},
+    "parallel_tool_calls": {"type": "boolean"}, "text": {"type": "object"},
 })
 _RESPONSES = {
     200: {"description": "The provider's response body (JSON), or an SSE stream when `stream` is true.",
@@ -128,12 +140,53 @@ def _check_common(body: dict[str, Any]) -> bool:
     return bool(streamed)
 
 
+def _check_responses(body: dict[str, Any]) -> bool:
+    if "input" not in body:
+        raise ClientError("input: a string or an array of input items is required", param="input")
+    input_items(body["input"])  # the shape; each item is checked when translated
+    for key, kind in (("model", str), ("instructions", str), ("previous_response_id", str), ("stream", bool),
+                      ("store", bool)):
+        value = body.get(key)
+        if value is not None and not isinstance(value, kind):
+            raise ClientError(f"{key}: must be a {'string' if kind is str else 'boolean'}", param=key)
+    mt = body.get("max_output_tokens")
+    if mt is not None and (not isinstance(mt, int) or isinstance(mt, bool) or mt < 1):
+        raise ClientError("max_output_tokens: must be a positive integer", param="max_output_tokens")
+    return bool(body.get("stream"))
+
+
+async def _with_previous(state: ServeState, scenario: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A Responses body whose ``previous_response_id`` names one of this scenario's stored
+    responses: that request's input and that answer's output become the prefix of ``input``
+    (what is recorded and sent). Instructions are not carried over, as OpenAI does."""
+    previous = body.get("previous_response_id")
+    if not previous:
+        return body
+    record = await run_in_threadpool(state.reef.store.get_record, previous)
+    stored = record is not None and record.scenario == scenario and record.route == "openai.responses" \
+        and record.status == "ok" and isinstance(record.request, dict) and isinstance(record.response, dict)
+    if not stored:
+        raise ClientError(f"previous_response_id: no stored response {previous!r} in scenario {scenario!r} "
+                          f"(only answered /v1/responses requests of the same scenario can be continued)",
+                          param="previous_response_id")
+    if record.request.get("store") is False:
+        raise ClientError(f"previous_response_id: response {previous!r} was created with store: false, so it "
+                          f"cannot be continued; send the whole conversation as input",
+                          param="previous_response_id")
+    prefix = input_items(record.request.get("input"), "previous input") + output_as_input(record.response.get("output"))
+    return {**body, "input": prefix + input_items(body["input"])}
+
+
 async def _serve(request: Request, principal: Principal, dialect: str, route: str) -> Response:
     state: ServeState = request.app.state.serve
     scenario, session, tags = _request_meta(request, state.default_scenario)
     check_scenario(principal, scenario)
     body = parse_json_object(await request.body(), state.max_json_depth)
-    streamed = _check_common(body)
+    if dialect == "responses":
+        streamed = _check_responses(body)
+        body = await _with_previous(state, scenario, body)
+    else:
+        streamed = _check_common(body)
     if dialect == "anthropic":
         mt = body.get("max_tokens")
         if not isinstance(mt, int) or isinstance(mt, bool) or mt < 1:
@@ -163,6 +216,15 @@ async def messages(request: Request, principal: Principal = _infer) -> Response:
     """An Anthropic Messages request, served by the runtime (translated if it speaks OpenAI)
     and recorded; the receipt is in ``x-reef-agent-record-id``."""
     return await _serve(request, principal, "anthropic", "anthropic.messages")
+
+
+@router.post("/v1/responses", openapi_extra=RESPONSES_BODY, responses=_RESPONSES,
+             summary="OpenAI Responses (streaming and non-streaming)")
+async def responses(request: Request, principal: Principal = _infer) -> Response:
+    """An OpenAI Responses request, served by the runtime through Chat Completions (translated
+    further if it speaks Anthropic) and recorded; the receipt is in ``x-reef-agent-record-id`` and
+    is also the response's ``id``, which ``previous_response_id`` continues."""
+    return await _serve(request, principal, "responses", "openai.responses")
 
 
 @router.get("/v1/models", summary="Models served (OpenAI list shape; Anthropic shape with anthropic-version)")
