@@ -163,7 +163,13 @@ class SearchHarness:
         if data is None:
             self._run_id = self.settings.run or uuid.uuid4().hex[:12]
             archive = PUCTArchive(self.settings.c, self.settings.archive_size, self.settings.children_per_expansion)
-            archive.add_seed(None, self.task.invalid_reward)
+            for solution in self.task.seeds():
+                v = self.task.verify(solution)
+                if not v.valid:
+                    raise ValueError(f"task {self.task.name}: its seed solution is invalid ({v.message})")
+                archive.add_seed(solution, v.raw, output=v.message, summary=v.message)
+            if not archive.nodes:
+                archive.add_seed(None, self.task.invalid_reward)
             return archive, [], 0
         self._run_id = data.get("run") or self.settings.run or uuid.uuid4().hex[:12]
         return PUCTArchive.from_json(data["archive"]), list(data["history"]), int(data["step"]) + 1

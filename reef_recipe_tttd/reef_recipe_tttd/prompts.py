@@ -16,12 +16,12 @@ def solve_prompt(task: Task, parent: Node | None) -> list[dict[str, str]]:
     """Chat messages asking for one attempt at ``task`` from ``parent``."""
     what = "program" if task.kind == "program" else "answer"
     if parent is None or parent.solution is None:
-        text = f"{task.instruction}\n\nWrite your {what}."
+        text = f"{task.instruction}\n\nWrite your {what}. Reply with the {what} only."
     else:
         tail = (parent.output or "")[-OUTPUT_TAIL:]
         text = (f"{task.instruction}\n\nA previous {what}:\n{parent.solution}\n\n"
                 f"Its reward: {parent.value:.4f}\nJudge output (last {OUTPUT_TAIL} characters):\n{tail}\n\n"
-                f"Improve it: write a better {what}.")
+                f"Improve it: write a better {what}. Reply with the {what} only.")
     return [{"role": "user", "content": text}]
 
 

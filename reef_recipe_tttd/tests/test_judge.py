@@ -83,3 +83,13 @@ def test_user_tasks_load_by_module_path():
     assert task.name == "spread5"
     with pytest.raises(ValueError):
         load_task("nope")
+
+
+def test_seed_solutions_are_valid_and_prose_is_ignored():
+    for name in ("circles3", "circles5", "spread5"):
+        task = load_task(name)
+        (seed,) = task.seeds()
+        assert task.verify(seed).valid, name
+    assert load_task("circles3-program").seeds() == []
+    assert load_task("spread5").verify("Sure, here:\n0 0.25 0.5 0.75 1\nThe gap is 0.25.").score == pytest.approx(1.0)
+    assert load_task("circles3").verify(f"Answer:\n{GOOD}\nThat is all, 2 of 3.").valid

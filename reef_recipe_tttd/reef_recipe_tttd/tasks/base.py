@@ -57,6 +57,11 @@ class Task(ABC):
     def verify(self, output: str) -> Verdict:
         """Recompute the objective from ``output`` (an answer, or a program's stdout)."""
 
+    def seeds(self) -> list[str]:
+        """Starting solutions the archive is seeded with (judged, kept forever); none by default:
+        the first prompts then simply ask for a solution."""
+        return []
+
     def extract(self, text: str) -> str:
         """The solution inside a model's reply: the last fenced block when there is one."""
         blocks = _FENCE.findall(text or "")
@@ -65,4 +70,4 @@ class Task(ABC):
     def identity(self) -> dict:
         """What makes two runs of this task the same problem (archives refuse to mix)."""
         return {"name": self.name, "kind": self.kind, "instruction": self.instruction,
-                "invalid_reward": self.invalid_reward}
+                "invalid_reward": self.invalid_reward, "seeds": self.seeds()}

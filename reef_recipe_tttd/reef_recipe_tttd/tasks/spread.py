@@ -1,8 +1,9 @@
 """Numeric spread: write n numbers in [0, 1] as far apart from each other as possible.
 
 The reward is the smallest gap between two of the numbers (sorted) times n − 1, so an evenly
-spaced answer that includes both ends (0, 0.25, 0.5, 0.75, 1 for n = 5) scores 1. Invalid: not
-exactly n numbers, one outside [0, 1], or a repeated number.
+spaced answer that includes both ends (0, 0.25, 0.5, 0.75, 1 for n = 5) scores 1. The answer is
+the first line holding exactly n numbers (prose around it is ignored). Invalid: no such line,
+a number outside [0, 1], or a repeated number.
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ class NumericSpread(Task):
                 f"distance between any two of them is as large as possible.")
 
     def verify(self, output: str) -> Verdict:
-        nums = [float(x) for x in _NUMBER.findall(output or "")]
-        if len(nums) != self.n:
-            return invalid(f"{len(nums)} numbers, not {self.n}", self.invalid_reward)
+        lines = [[float(x) for x in _NUMBER.findall(line)] for line in (output or "").splitlines()]
+        nums = next((row for row in lines if len(row) == self.n), None)
+        if nums is None:
+            return invalid(f"no line holds exactly {self.n} numbers", self.invalid_reward)
         if not all(math.isfinite(v) and 0.0 <= v <= 1.0 for v in nums):
             return invalid("a number is outside [0, 1]", self.invalid_reward)
         ordered = sorted(nums)
@@ -41,6 +43,10 @@ class NumericSpread(Task):
             return invalid("a number repeats", self.invalid_reward)
         value = gap * (self.n - 1)
         return Verdict(score=value, raw=value, valid=True, message=f"valid; smallest gap {gap:.4f}, score {value:.4f}")
+
+    def seeds(self) -> list[str]:
+        """A valid but poor start: numbers bunched in the middle."""
+        return [" ".join(f"{0.4 + 0.05 * i:.2f}" for i in range(self.n))]
 
     def identity(self) -> dict:
         return {**super().identity(), "n": self.n}
