@@ -313,3 +313,14 @@ def test_an_openclaw_run_completes_and_prints_the_summary_line(tmp_path):
                     r"over the last 16 of 16 sessions, 3 in a row at session (\d+|never) vs (\d+|never), "
                     r"correctness \d\.\d{3} vs \d\.\d{3}, [01]/1 seeds above control, \d+\.\d min$",
                     run.stdout.strip().splitlines()[-1]), run.stdout
+
+
+@pytest.mark.parametrize("recipe", sorted(__import__("learning").DRIVERS))
+def test_every_driver_takes_its_command_line(recipe, capsys):
+    """A recipe with its own driver gets the command line: --help is the driver's, not the registry's."""
+    import learning
+
+    with pytest.raises(SystemExit) as exit_:
+        learning.main([recipe, "--help"])
+    assert exit_.value.code == 0
+    assert "--seeds" in capsys.readouterr().out
