@@ -217,3 +217,8 @@ def configure_logging(level: str) -> None:
 from .cli_learning import register_commands  # noqa: E402
 
 register_commands(main)
+
+# Coding agents as clients (reef harness adapters, reef agent ...).
+from .cli_agent import register_commands as register_agent_commands  # noqa: E402
+
+register_agent_commands(main)

@@ -3,6 +3,8 @@
 #   - Debian packages: git-lfs, and PostgreSQL when --with-postgres is given
 #   - a virtualenv in .venv with reef-core and every package scripts/packages.sh --installed lists
 #     (plugins/*, reef_recipe_*) installed editable; examples/* are deliberately not (see there)
+#   - the coding-agent CLIs (Claude Code, Codex) from npm, pinned, into ~/.cache/reef-agents
+#     (scripts/agent-clis.sh; skipped with a note when npm is absent)
 # Usage: scripts/setup.sh [--with-postgres] [--with-browser]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -67,3 +69,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$hash" ] || ! model_ok; then
   model_ok || { echo "setup: reef-smollm2 was installed without its GGUF" >&2; exit 1; }
   echo "$hash" > "$stamp"
 fi
+
+# ---------------------------------------------------------------- coding-agent CLIs
+# Claude Code and Codex, pinned, into a cache outside the repository (tests/agents/ drive them).
+scripts/agent-clis.sh

@@ -28,10 +28,11 @@ def _listed(root: Path, kind: str = "--all") -> list[str]:
 
 
 def _repo_skeleton(tmp: Path) -> Path:
-    """A tree with this repository's scripts/packages.sh, scripts/setup.sh, pyproject.toml, conftest.py."""
+    """A tree with this repository's scripts/packages.sh, scripts/setup.sh (and the agent-CLI step
+    it runs), pyproject.toml, conftest.py."""
     root = tmp / "repo"
     (root / "scripts").mkdir(parents=True)
-    for name in ("packages.sh", "setup.sh"):
+    for name in ("packages.sh", "setup.sh", "agent-clis.sh"):
         shutil.copy2(ROOT / "scripts" / name, root / "scripts" / name)
     shutil.copy2(ROOT / "pyproject.toml", root / "pyproject.toml")
     shutil.copy2(ROOT / "conftest.py", root / "conftest.py")
@@ -112,7 +113,8 @@ def test_setup_installs_every_listed_package_with_torch_pinned_and_reinstalls_fo
     for name, body in fakes.items():  # a virtualenv whose pip records what it was asked to install
         (venv / "bin" / name).write_text(f"#!/bin/sh\n{body}\n")
         (venv / "bin" / name).chmod(stat.S_IRWXU)
-    env = {**os.environ, "REEF_VENV": str(venv)}
+    # the agent CLIs' step is asked to skip (it would install them from npm)
+    env = {**os.environ, "REEF_VENV": str(venv), "REEF_SKIP_AGENT_CLIS": "1"}
 
     def setup() -> list[str]:
         log.unlink(missing_ok=True)

@@ -42,7 +42,7 @@ _NAME_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._+
 
 _PRELUDE = r"""set -eu
 umask 022
-DEST=${1:-${REEF_HARNESS_DIR:-./reef-harness}}
+DEST=${1:-${REEF_HARNESS_DIR:-@DEFAULT_DEST@}}
 fail() { printf 'reef-harness: %s\n' "$*" >&2; exit 1; }
 if command -v sha256sum >/dev/null 2>&1; then
   sha() { sha256sum "$1" | cut -d ' ' -f 1; }
@@ -65,6 +65,8 @@ _INSTALL = r"""
 safe_path() {
   case $1 in ''|/*|*/) return 1 ;; esac
   _rest=$1
+  # an agent's own configuration directory (e.g. .claude/) may lead a path: only these
+  case $_rest in @CONFIG_DIRS@) _rest=${_rest#*/} ;; esac
   while :; do
     _part=${_rest%%/*}
     case $_part in ''|.*|*[!@NAME_CHARS@]*) return 1 ;; esac
@@ -211,22 +213,33 @@ class FilesAdapter(HarnessAdapter):
     """Renders a release's harness tree as a checksum-verified POSIX sh installer."""
 
     media_type = "text/x-shellscript"
+    #: the name it registers under (shown in the installer's header)
+    adapter_name = "files"
+    #: where ``sh install.sh`` writes without a DEST argument or ``$REEF_HARNESS_DIR``
+    default_dest = "./reef-harness"
+    #: dot-directories a path may start with (an agent's configuration, e.g. ``.claude``);
+    #: every other part of every path is held to Reef's artifact names
+    config_dirs: tuple[str, ...] = ()
+    #: shown by ``reef harness adapters``
+    description = "the release's harness tree as it is (system.md, rules.md, skills/<name>/SKILL.md)"
 
     def render(self, bundle: HarnessBundle) -> str:
         for f in bundle.files:  # Reef made these paths; an installer must never carry a bad one
+            head, _, rest = f.path.partition("/")
             try:
-                check_path(f.path)
+                check_path(rest if head in self.config_dirs and rest else f.path)
             except ArtifactError:
                 raise ArtifactError(f"the harness of release {bundle.release_id} has the unsafe file path "
                                     f"{f.path!r}; refusing to render an installer for it") from None
         sums = "\n".join(f"{f.sha256}  {f.path}" for f in bundle.files)
         out = [
             "#!/bin/sh",
-            f"# Reef harness installer (adapter: files) for scenario {bundle.scenario!r}",
+            f"# Reef harness installer (adapter: {self.adapter_name}) for scenario {bundle.scenario!r}",
             f"# release {bundle.release_id}, content {bundle.content_hash}, {len(bundle.files)} file(s)",
-            "# usage: sh install.sh [DEST]   (DEST defaults to $REEF_HARNESS_DIR, else ./reef-harness)",
+            f"# usage: sh install.sh [DEST]   (DEST defaults to $REEF_HARNESS_DIR, else {self.default_dest})",
             # mktemp's template ends in six X (spelled out here so no literal reads like a marker)
-            _PRELUDE.replace("@MKTEMP_TEMPLATE@", "reef-harness." + "X" * 6),
+            _PRELUDE.replace("@MKTEMP_TEMPLATE@", "reef-harness." + "X" * 6)
+                    .replace("@DEFAULT_DEST@", self.default_dest),
             f"RELEASE={_quote(bundle.release_id)}",
             f"CONTENT={_quote(bundle.content_hash)}",
             f"SCENARIO={_quote(bundle.scenario)}",
@@ -237,7 +250,9 @@ class FilesAdapter(HarnessAdapter):
         out += [f'mkdir -p "$STAGE"/{_quote(d)}' for d in dirs]
         for f in bundle.files:
             out += _write_file(f.path, f.data)
-        out.append(_INSTALL.replace("@NAME_CHARS@", _NAME_CHARS))
+        # a case pattern that no path reaching it can match ("/": absolute paths are refused first)
+        config_dirs = "|".join(f"{d}/*" for d in self.config_dirs) or "/"
+        out.append(_INSTALL.replace("@NAME_CHARS@", _NAME_CHARS).replace("@CONFIG_DIRS@", config_dirs))
         return "\n".join(out)
 
 

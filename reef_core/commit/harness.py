@@ -200,6 +200,10 @@ class HarnessBundle:
     release_id: str
     content_hash: str
     files: tuple[HarnessFile, ...]
+    #: where agents reach this Reef (the URL the install request reached, without ``/v1``), and
+    #: the model they should name; set by ``GET /reef/harness/install``, empty elsewhere
+    base_url: str = ""
+    model: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """The tree for ``GET /reef/harness``: each file's path, size, sha256 and content

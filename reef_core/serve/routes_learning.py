@@ -7,6 +7,7 @@ routes only translate HTTP to it.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -182,11 +183,26 @@ async def get_harness(request: Request, principal: Principal = Depends(require_r
     return JSONResponse(bundle.to_json(), headers={"x-reef-release-id": release.release_id})
 
 
+def _public_url(request: Request) -> str:
+    """The URL the request reached (what agent adapters point agents at), as a proxy in front
+    says it was (``x-forwarded-proto``, ``x-forwarded-host``)."""
+    url = request.base_url
+    proto = request.headers.get("x-forwarded-proto", "").split(",")[0].strip()
+    host = request.headers.get("x-forwarded-host", "").split(",")[0].strip()
+    if proto in ("http", "https"):
+        url = url.replace(scheme=proto)
+    if host and all(c.isalnum() or c in ".-:[]" for c in host):
+        url = url.replace(netloc=host)
+    return str(url).rstrip("/")
+
+
 @router.get("/reef/harness/install", responses=_ERRORS, response_class=Response)
 async def install_harness(request: Request, adapter: str = Query("files", description="harness adapter"),
                           principal: Principal = Depends(require_role())) -> Response:
     """A self-contained, checksum-verified POSIX sh installer of the head release's harness
-    tree (``sh install.sh [DEST]``), rendered by the named harness adapter."""
+    tree (``sh install.sh [DEST]``), rendered by the named harness adapter: ``files`` (the tree as
+    it is), or an agent's layout and settings pointing it at this server (``claude``, ``codex``,
+    ``opencode``)."""
     scenario = _harness_scenario(request, principal)
     reef = request.app.state.reef
     if adapter not in reef.plugins.names("harness_adapter"):
@@ -195,6 +211,9 @@ async def install_harness(request: Request, adapter: str = Query("files", descri
     renderer = reef.build("harness_adapter", adapter, {})
     release = _serving(request, scenario)
     bundle = await run_in_threadpool(harness_bundle, release)
+    served = reef.served_models()
+    bundle = replace(bundle, base_url=_public_url(request),
+                     model=served[0] if served else str(reef.settings.runtime.get("model") or ""))
     script = renderer.render(bundle)
     return Response(script, media_type=renderer.media_type,
                     headers={"x-reef-release-id": release.release_id,

@@ -226,8 +226,13 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
             raise ClientError(f"messages.{i}: must be an object", param=f"messages.{i}")
         role = m.get("role")
         content = m.get("content")
+        if role == "system":  # mid-conversation system messages (Claude Code 2.1 sends them)
+            text = _text_of(content)
+            if text:
+                messages.append({"role": "system", "content": text})
+            continue
         if role not in ("user", "assistant"):
-            raise ClientError(f"messages.{i}.role: {role!r} is not one of user, assistant",
+            raise ClientError(f"messages.{i}.role: {role!r} is not one of user, assistant, system",
                               param=f"messages.{i}.role")
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
         if role == "assistant":

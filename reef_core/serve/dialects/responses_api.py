@@ -87,14 +87,34 @@ def _output_text(output: Any) -> str:
     return "" if output is None else str(output)
 
 
-def _tools(tools: Any) -> list[dict[str, Any]]:
+#: joins a namespace and a tool name into one Chat Completions function name
+NAMESPACE_SEP = "__"
+
+
+def namespaces(request: dict[str, Any]) -> frozenset[str]:
+    """The tool namespaces a Responses request declares (``{"type": "namespace", "tools": [...]}``)."""
+    tools = request.get("tools")
+    return frozenset(str(t.get("name")) for t in tools if isinstance(t, dict) and t.get("type") == "namespace") \
+        if isinstance(tools, list) else frozenset()
+
+
+def split_name(name: str, spaces: frozenset[str]) -> dict[str, str]:
+    """``name`` and, for a flattened namespace tool, its ``namespace``."""
+    head, sep, rest = name.partition(NAMESPACE_SEP)
+    return {"name": rest, "namespace": head} if sep and head in spaces else {"name": name}
+
+
+def _tools(tools: Any, namespace: str | None = None, where: str = "tools") -> list[dict[str, Any]]:
     if not isinstance(tools, list):
-        raise ClientError("tools: must be an array of tools", param="tools")
+        raise ClientError(f"{where}: must be an array of tools", param=where.replace("[", ".").replace("]", ""))
     out = []
     for i, tool in enumerate(tools):
         kind = tool.get("type") if isinstance(tool, dict) else None
-        if kind == "function":
-            fn: dict[str, Any] = {"name": str(tool.get("name", "")),
+        if kind == "namespace" and namespace is None:  # a group of function tools (Codex's sub-agent tools)
+            out += _tools(tool.get("tools") or [], str(tool.get("name", "")), f"tools[{i}].tools")
+        elif kind == "function":
+            name = str(tool.get("name", ""))
+            fn: dict[str, Any] = {"name": f"{namespace}{NAMESPACE_SEP}{name}" if namespace else name,
                                   "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
             if tool.get("description"):
                 fn["description"] = tool["description"]
@@ -102,12 +122,12 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
                 fn["strict"] = tool["strict"]
             out.append({"type": "function", "function": fn})
         elif kind in BUILTIN_TOOLS:
-            raise ClientError(f"tools[{i}]: the built-in tool {kind!r} is not supported by Reef: only OpenAI's "
+            raise ClientError(f"{where}[{i}]: the built-in tool {kind!r} is not supported by Reef: only OpenAI's "
                               f"own service runs it; declare it as a function tool your client executes",
-                              param=f"tools.{i}.type")
+                              param=f"{where}.{i}.type".replace("[", ".").replace("]", ""))
         else:
-            raise ClientError(f"tools[{i}]: tool type {kind!r} is not supported by Reef (only 'function')",
-                              param=f"tools.{i}.type")
+            raise ClientError(f"{where}[{i}]: tool type {kind!r} is not supported by Reef (only 'function' and "
+                              f"'namespace')", param=f"{where}.{i}.type".replace("[", ".").replace("]", ""))
     return out
 
 
@@ -143,8 +163,11 @@ def responses_to_chat(body: dict[str, Any]) -> dict[str, Any]:
             else:
                 messages.append({"role": "system" if role == "developer" else role, "content": _chat_content(parts)})
         elif kind == "function_call":
+            name = str(item.get("name", ""))
+            if item.get("namespace"):
+                name = f"{item['namespace']}{NAMESPACE_SEP}{name}"
             call = {"id": str(item.get("call_id") or item.get("id") or f"call_{i}"), "type": "function",
-                    "function": {"name": str(item.get("name", "")), "arguments": item.get("arguments") or "{}"}}
+                    "function": {"name": name, "arguments": item.get("arguments") or "{}"}}
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant":
                 last.setdefault("tool_calls", []).append(call)
@@ -194,8 +217,11 @@ def output_as_input(output: Any) -> list[dict[str, Any]]:
             items.append({"type": "message", "role": "assistant",
                           "content": [{"type": "output_text", "text": _text_of(item.get("content"))}]})
         elif item.get("type") == "function_call":
-            items.append({"type": "function_call", "call_id": item.get("call_id"), "name": item.get("name"),
-                          "arguments": item.get("arguments") or "{}"})
+            call = {"type": "function_call", "call_id": item.get("call_id"), "name": item.get("name"),
+                    "arguments": item.get("arguments") or "{}"}
+            if item.get("namespace"):
+                call["namespace"] = item["namespace"]
+            items.append(call)
     return items
 
 
@@ -245,8 +271,9 @@ def _message_item(response_id: str, text: str, status: str = "completed") -> dic
             "content": [{"type": "output_text", "text": text, "annotations": []}]}
 
 
-def _call_item(call_id: str, name: str, arguments: str, status: str = "completed") -> dict[str, Any]:
-    return {"type": "function_call", "id": "fc_" + call_id, "call_id": call_id, "name": name,
+def _call_item(call_id: str, name: str, arguments: str, spaces: frozenset[str],
+               status: str = "completed") -> dict[str, Any]:
+    return {"type": "function_call", "id": "fc_" + call_id, "call_id": call_id, **split_name(name, spaces),
             "arguments": arguments, "status": status}
 
 
@@ -263,7 +290,7 @@ def chat_to_responses(body: dict[str, Any], request: dict[str, Any], response_id
     for k, tc in enumerate(message.get("tool_calls") or []):
         fn = tc.get("function") or {}
         output.append(_call_item(str(tc.get("id") or f"call_{k}"), str(fn.get("name", "")),
-                                 fn.get("arguments") or "{}"))
+                                 fn.get("arguments") or "{}", namespaces(request)))
     usage = responses_usage(body.get("usage")) if body.get("usage") else None
     return response_object(request, response_id, model=body.get("model", ""), created=int(time.time()),
                            status="completed", output=output, usage=usage,
@@ -280,6 +307,7 @@ class ChatToResponsesStream:
 
     def __init__(self, request: dict[str, Any], response_id: str):
         self.request = request
+        self.namespaces = namespaces(request)
         self.id = response_id
         self.model = ""
         self.created = int(time.time())
@@ -352,7 +380,7 @@ class ChatToResponsesStream:
                     out += self._close_text()
                     self.calls[k] = len(self.items)
                     item = _call_item(str(tc.get("id") or f"call_{k}"), str(fn.get("name") or ""), "",
-                                      status="in_progress")
+                                      self.namespaces, status="in_progress")
                     self.items.append(item)
                     out.append(self._ev("response.output_item.added", output_index=self.calls[k],
                                         item=dict(item)))

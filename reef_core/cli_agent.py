@@ -1,0 +1,295 @@
+"""``reef harness adapters`` and ``reef agent install|run|report|update``: coding agents as Reef clients.
+
+``install`` fetches the server's installer for an agent adapter (``GET
+/reef/harness/install?adapter=NAME``) and runs it on a project directory; ``run`` starts the
+agent there with a fresh session id, so all its turns form one ``x-reef-session``, then lists
+the receipts that session produced and keeps them; ``report`` sends one report quoting the
+last run's receipts (its ``report_id`` is the session's, so a retry never reports twice);
+``update`` re-installs when the scenario serves a newer release than the one installed.
+
+The server is ``--url`` (``REEF_URL``), else the one this machine's state directory says runs,
+else ``http://127.0.0.1:8900``. The token is ``REEF_TOKEN``: passed to the agent through its
+environment, never written into the project's files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import click
+import httpx
+
+from .cli import _friendly
+
+DEFAULT_URL = "http://127.0.0.1:8900"
+#: the installer's record of what it installed (``reef_core.builtins.harness_files``)
+SIDECAR = ".reef-harness-release"
+
+_url = click.option("--url", envvar="REEF_URL", show_envvar=True,
+                    help=f"The Reef server (default: the one this machine runs, else {DEFAULT_URL}).")
+_scenario = click.option("-s", "--scenario", envvar="REEF_SCENARIO", show_envvar=True,
+                         help="Scenario (default: the installed one, else the server's default).")
+
+
+class AgentError(click.ClickException):
+    """A failure the user can act on, printed as one line (exit 1)."""
+
+
+def _server_url(url: str | None) -> str:
+    if url:
+        return url.rstrip("/")
+    try:
+        from .cli import load
+        from .cli_remote import find_server
+
+        found = find_server(load(()), url=None, token=None)
+    except Exception:
+        found = None
+    return found.url if found is not None else DEFAULT_URL
+
+
+def _headers(scenario: str | None, session: str | None = None) -> dict[str, str]:
+    token = os.environ.get("REEF_TOKEN")
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    if scenario:
+        headers["x-reef-scenario"] = scenario
+    if session:
+        headers["x-reef-session"] = session
+    return headers
+
+
+def _request(method: str, url: str, *, headers: dict[str, str], attempts: int = 1, **kwargs: Any) -> httpx.Response:
+    """One call to the server; connection failures and 5xx are retried ``attempts`` times."""
+    for attempt in range(attempts):
+        try:
+            response = httpx.request(method, url, headers=headers, timeout=60, **kwargs)
+        except httpx.HTTPError as exc:
+            if attempt + 1 < attempts:
+                time.sleep(0.5 * 2 ** attempt)
+                continue
+            raise AgentError(f"cannot reach the Reef server at {url}: {type(exc).__name__}: {exc}") from None
+        if response.status_code >= 500 and attempt + 1 < attempts:
+            time.sleep(0.5 * 2 ** attempt)
+            continue
+        if response.status_code >= 400:
+            try:
+                message = response.json()["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                message = response.text[:300]
+            raise AgentError(f"the server answered {response.status_code} to {method} {url}: {message}")
+        return response
+    raise AssertionError("unreachable")
+
+
+def installed(directory: Path) -> dict[str, str]:
+    """What the installer recorded in ``directory`` (release_id, content_hash, scenario), or {}."""
+    path = directory / SIDECAR
+    if not path.is_file():
+        return {}
+    pairs = (line.partition("=") for line in path.read_text(encoding="utf-8").splitlines())
+    return {k: v for k, _, v in pairs if k}
+
+
+def _adapters() -> dict[str, Any]:
+    from .plugins import get_plugins
+
+    plugins = get_plugins()
+    return {name: plugins.get("harness_adapter", name) for name in plugins.names("harness_adapter")}
+
+
+def _agent_adapter(name: str) -> Any:
+    adapters = _adapters()
+    cls = adapters.get(name)
+    if cls is None or not getattr(cls, "binary", ""):
+        agents = ", ".join(n for n, c in adapters.items() if getattr(c, "binary", "")) or "none"
+        raise AgentError(f"no agent adapter {name!r}; installed: {agents} (see `reef harness adapters`)")
+    return cls
+
+
+def install(name: str, directory: Path, *, url: str, scenario: str | None) -> str:
+    """Run the server's installer for adapter ``name`` on ``directory``; the installer's output."""
+    response = _request("GET", f"{url}/reef/harness/install", params={"adapter": name},
+                        headers=_headers(scenario), attempts=3)
+    with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False) as f:
+        f.write(response.text)
+    try:
+        done = subprocess.run(["sh", f.name, str(directory)], capture_output=True, text=True)
+    finally:
+        os.unlink(f.name)
+    if done.returncode != 0:
+        raise AgentError((done.stderr or done.stdout).strip() or f"the installer failed ({done.returncode})")
+    return done.stdout.strip()
+
+
+def _state_file(directory: Path) -> Path:
+    home = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    key = hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:16]
+    return home / "reef" / "agent-runs" / f"{key}.json"
+
+
+def _agent_command(name: str, binary: str, scenario: str, session: str, args: list[str]) -> list[str]:
+    if name == "claude":  # layered over .claude/settings.json: adds the session header for this run
+        headers = f"x-reef-scenario: {scenario}\nx-reef-session: {session}"
+        return [binary, "--settings", json.dumps({"env": {"ANTHROPIC_CUSTOM_HEADERS": headers}}), *args]
+    return [binary, *args]
+
+
+def run(name: str, directory: Path, args: list[str], *, url: str, scenario: str | None,
+        binary: str | None = None) -> dict[str, Any]:
+    """Run agent ``name`` in ``directory`` as one session; the run (session, receipts, exit code)."""
+    cls = _agent_adapter(name)
+    scenario = scenario or installed(directory).get("scenario")
+    if not scenario:
+        raise AgentError(f"{directory} has no Reef harness installed; run `reef agent install {name} {directory}`")
+    session = f"{name}-{uuid.uuid4().hex[:16]}"
+    env = {**os.environ, "REEF_SESSION": session, "REEF_TOKEN": os.environ.get("REEF_TOKEN") or "none"}
+    if name == "codex":
+        env.setdefault("CODEX_HOME", str((directory / ".codex").resolve()))
+    command = _agent_command(name, binary or cls.binary, scenario, session, args)
+    try:
+        code = subprocess.call(command, cwd=directory, env=env)
+    except FileNotFoundError:
+        raise AgentError(f"{command[0]!r} is not installed or not on PATH (--bin names it)") from None
+    page = _request("GET", f"{url}/reef/scenarios/{quote(scenario, safe='')}/records",
+                    params={"session": session, "order": "oldest", "limit": 500},
+                    headers=_headers(scenario), attempts=3).json()
+    run_info = {"agent": name, "directory": str(directory.resolve()), "url": url, "scenario": scenario,
+                "session": session, "exit_code": code, "receipts": [r["id"] for r in page["records"]]}
+    state = _state_file(directory)
+    state.parent.mkdir(parents=True, exist_ok=True)
+    tmp = state.with_suffix(".tmp")
+    tmp.write_text(json.dumps(run_info, indent=2), encoding="utf-8")
+    tmp.replace(state)
+    return run_info
+
+
+def report(directory: Path, *, score: float | None, feedback: str | None, url: str | None) -> dict[str, Any]:
+    """One report quoting the receipts of the last run in ``directory``."""
+    state = _state_file(directory)
+    if not state.is_file():
+        raise AgentError(f"no agent run recorded for {directory}; run `reef agent run NAME` there first")
+    last = json.loads(state.read_text(encoding="utf-8"))
+    if not last["receipts"]:
+        raise AgentError(f"the last run (session {last['session']}) produced no receipts: nothing to report on")
+    body: dict[str, Any] = {"references": last["receipts"], "report_id": f"agent-run-{last['session']}",
+                            "metadata": {"agent": last["agent"], "session": last["session"]}}
+    if score is not None:
+        body["score"] = score
+    if feedback is not None:
+        body["feedback"] = feedback
+    return _request("POST", f"{(url or last['url']).rstrip('/')}/reef/report", json=body,
+                    headers=_headers(last["scenario"]), attempts=4).json()
+
+
+def update(name: str, directory: Path, *, url: str, scenario: str | None) -> str:
+    """Re-install when the scenario serves a release other than the installed one."""
+    have = installed(directory)
+    scenario = scenario or have.get("scenario")
+    head = _request("GET", f"{url}/reef/harness", headers=_headers(scenario), attempts=3)
+    serving = head.headers.get("x-reef-release-id")
+    if serving and serving == have.get("release_id"):
+        return f"{directory} is already current (release {serving})"
+    return install(name, directory, url=url, scenario=scenario)
+
+
+# ------------------------------------------------------------------ commands
+
+
+@click.group("harness")
+def harness_group() -> None:
+    """Harness adapters: how a release is installed where an agent reads it."""
+
+
+@harness_group.command("adapters")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_friendly
+def adapters_cmd(as_json: bool) -> None:
+    """List the installed harness adapters (GET /reef/harness/install?adapter=NAME)."""
+    rows = [{"name": name, "agent": getattr(cls, "binary", "") or None,
+             "description": getattr(cls, "description", None) or (cls.__doc__ or "").strip().splitlines()[0]}
+            for name, cls in _adapters().items()]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        click.echo(f"{row['name']:<10} {row['description']}")
+
+
+@click.group("agent")
+def agent_group() -> None:
+    """Coding agents (claude, codex, opencode) as Reef clients: install, run, report, update."""
+
+
+@agent_group.command("install")
+@click.argument("name")
+@click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
+@_url
+@_scenario
+@_friendly
+def install_cmd(name: str, directory: Path, url: str | None, scenario: str | None) -> None:
+    """Install the scenario's harness for agent NAME into DIRECTORY (default: here)."""
+    _agent_adapter(name)
+    click.echo(install(name, directory, url=_server_url(url), scenario=scenario))
+
+
+@agent_group.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("name")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option("-d", "--dir", "directory", default=".", type=click.Path(file_okay=False, path_type=Path),
+              help="The project the harness is installed in (default: here).")
+@click.option("--bin", "binary", help="The agent's command (default: its usual name on PATH).")
+@_url
+@_scenario
+@_friendly
+def run_cmd(name: str, args: tuple[str, ...], directory: Path, binary: str | None, url: str | None,
+            scenario: str | None) -> None:
+    """Run agent NAME (after `--`, its own arguments) as one Reef session; print its receipts."""
+    args_list = list(args[1:] if args and args[0] == "--" else args)
+    info = run(name, directory, args_list, url=_server_url(url), scenario=scenario, binary=binary)
+    click.echo(f"reef: session {info['session']}: {len(info['receipts'])} receipt(s)", err=True)
+    for receipt in info["receipts"]:
+        click.echo(f"reef: receipt {receipt}", err=True)
+    sys.exit(info["exit_code"])
+
+
+@agent_group.command("report")
+@click.option("--score", type=float, help="A score for the whole run.")
+@click.option("--feedback", help="What went well or wrong.")
+@click.option("-d", "--dir", "directory", default=".", type=click.Path(file_okay=False, path_type=Path),
+              help="The project the agent ran in (default: here).")
+@_url
+@_friendly
+def report_cmd(score: float | None, feedback: str | None, directory: Path, url: str | None) -> None:
+    """Report on the last run's receipts (one report; a retry never reports twice)."""
+    if score is None and feedback is None:
+        raise click.UsageError("give --score, --feedback or both")
+    out = report(directory, score=score, feedback=feedback, url=url)
+    click.echo(f"reef: report {out['report_id']} on {len(out['references'])} receipt(s)")
+
+
+@agent_group.command("update")
+@click.argument("name")
+@click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
+@_url
+@_scenario
+@_friendly
+def update_cmd(name: str, directory: Path, url: str | None, scenario: str | None) -> None:
+    """Re-install agent NAME's harness in DIRECTORY when a newer release serves."""
+    _agent_adapter(name)
+    click.echo(update(name, directory, url=_server_url(url), scenario=scenario))
+
+
+def register_commands(main: click.Group) -> None:
+    """Add ``reef harness`` and ``reef agent`` to the ``reef`` group."""
+    main.add_command(harness_group)
+    main.add_command(agent_group)
