@@ -13,9 +13,11 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import Metric
+
+from ..hookspecs import hookimpl
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -25,6 +27,8 @@ SCENARIO_LABELS = 100
 #: the label value of every scenario past the bound (never a valid scenario name: those start
 #: with a letter or a digit)
 OTHER_SCENARIO = "_other"
+#: step metric names kept per recipe in ``reef_recipe_step_metric`` (the first ones seen)
+RECIPE_METRIC_NAMES = 64
 
 
 class _ScenarioBounded:
@@ -98,6 +102,37 @@ class Metrics:
                                        buckets=_LATENCY_BUCKETS, registry=r)
         self.http_errors = Counter("reef_http_errors", "Error answers by status (all routes).",
                                    ("status",), registry=r)
+
+        self.candidates = _ScenarioBounded(
+            Counter("reef_candidates_evaluated", "Candidates the evaluator decided on, by recipe and outcome "
+                    "(select, reject, error).", ("scenario", "recipe", "outcome"), registry=r), 0,
+            self.scenario_label)
+        self.recipe_metric = _ScenarioBounded(
+            Gauge("reef_recipe_step_metric", "The latest evaluated candidate's step metrics, as its recipe "
+                  "reported them (metadata.<recipe>.metrics: losses, norms, clip fractions, counts).",
+                  ("scenario", "recipe", "name"), registry=r), 0, self.scenario_label)
+        self._metric_names: dict[str, set[str]] = {}
+        self._metric_names_lock = threading.Lock()
+
+    @hookimpl
+    def candidate_evaluated(self, candidate: Any, evaluation: Any, decision: Any) -> None:
+        """Count the decision and expose the candidate's numeric step metrics (a recipe's
+        ``metadata[<recipe>]["metrics"]``: top-level numbers only, at most
+        ``RECIPE_METRIC_NAMES`` names per recipe so a recipe cannot grow the series unbounded)."""
+        self.candidates.labels(candidate.scenario, candidate.recipe, decision.outcome).inc()
+        section = (candidate.metadata or {}).get(candidate.recipe)
+        values = section.get("metrics") if isinstance(section, dict) else None
+        if not isinstance(values, dict):
+            return
+        with self._metric_names_lock:
+            names = self._metric_names.setdefault(candidate.recipe, set())
+            for name, value in values.items():
+                if not isinstance(value, (int, float)) or not isinstance(name, str):
+                    continue
+                if name not in names and len(names) >= RECIPE_METRIC_NAMES:
+                    continue
+                names.add(name)
+                self.recipe_metric.labels(candidate.scenario, candidate.recipe, name).set(float(value))
 
     def pin_scenarios(self, names: Iterable[str]) -> None:
         """Scenarios that always keep their own label value (configured, default, token-listed)."""

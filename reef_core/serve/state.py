@@ -63,6 +63,7 @@ class ServeState:
         # Its startup hook runs after the release chain's recovery, so the scenarios of releases
         # recovery just recorded count as stored too.
         reef.register(scenarios, name="reef.scenarios")
+        reef.register(metrics, name="reef.metrics")  # candidate_evaluated: the learning series
         return cls(
             reef=reef,
             writer=writer,

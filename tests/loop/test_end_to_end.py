@@ -59,6 +59,10 @@ def test_feedback_becomes_a_rule_that_serves_the_next_request(tmp_path):
             assert candidates[0]["evaluation"]["candidate_scores"] == [1.0] * 10
             assert candidates[0]["evaluation"]["current_scores"] == [0.0] * 10
 
+            metrics = client.get("/metrics").text
+            assert ('reef_candidates_evaluated_total{outcome="select",recipe="feedback_rules",scenario="default"} 1.0'
+                    in metrics)
+
             loop = client.get("/reef/scenarios/default").json()["loop"]
             assert loop["recipe"] == "feedback_rules" and loop["evaluator"] == "task_suite"
             assert loop["serving_release_id"] == release_id
