@@ -233,3 +233,26 @@ def test_openai_agents_sdk_runs_a_tool_loop(tmp_path):
         records = reef.store.list_records("agents", session="run-1")
         assert len(records) == 2 and {r.route for r in records} == {"openai.responses"}
         assert system_prompt(up.requests[0]) == "Answer about weather."
+
+
+def test_namespace_tools_are_flattened_and_split_back(tmp_path):
+    namespace = {"type": "namespace", "name": "agents", "description": "Sub-agents.",
+                 "tools": [{**WEATHER, "name": "close_agent"}]}
+
+    def ns_responder(body):
+        if _tool_result_seen(body) is not None:
+            return "closed"
+        return Reply(text="", tool_calls=[ToolCall("agents__close_agent", {"city": "x"})])
+
+    with FakeUpstream("anthropic", ns_responder) as up, ReefServer(tmp_path / "state", upstream=up) as reef:
+        with reef.client() as c:
+            first = c.post("/v1/responses", json={"model": "m", "input": "close it", "tools": [namespace]}).json()
+            assert [t["name"] for t in up.requests[-1]["tools"]] == ["agents__close_agent"]
+            call = first["output"][0]
+            assert (call["name"], call["namespace"]) == ("close_agent", "agents")
+            second = c.post("/v1/responses", json={"model": "m", "tools": [namespace], "input": [
+                {"type": "function_call", "call_id": call["call_id"], "name": "close_agent", "namespace": "agents",
+                 "arguments": call["arguments"]},
+                {"type": "function_call_output", "call_id": call["call_id"], "output": "ok"}]}).json()
+            assert second["output"][0]["content"][0]["text"] == "closed"
+            assert up.requests[-1]["messages"][0]["content"][0]["name"] == "agents__close_agent"
