@@ -174,11 +174,14 @@ def run_seed(bench: DiscoveryBench, seed: int, runtime: Any, workdir: Path,
         def one(mode: str) -> None:
             sides[mode] = run_side(servers[mode], bench, seed, workdir / f"seed{seed}" / f"{mode}-run", log)
 
-        threads = [threading.Thread(target=one, args=(m,)) for m in MODES]
+        # daemon threads joined with a timeout: SIGTERM reaches the main thread, which stops both
+        # servers (the finally below) and the searches end with them
+        threads = [threading.Thread(target=one, args=(m,), daemon=True) for m in MODES]
         for t in threads:
             t.start()
         for t in threads:
-            t.join()
+            while t.is_alive():
+                t.join(1.0)
     finally:
         for s in servers.values():
             s.stop()
