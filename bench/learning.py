@@ -47,7 +47,7 @@ from learning_tasks import RECIPES, RecipeBench, Split, Task, summary_line  # no
 
 #: recipes whose user is not "ask, grade, report": their own driver module in bench/, whose
 #: ``main(argv)`` takes the whole command line (``RECIPE`` first) and prints the summary line last
-DRIVERS = {"openclaw": "learning_sessions", "skillclaw": "learning_days"}
+DRIVERS = {"openclaw": "learning_sessions", "skillclaw": "learning_days", "tttd": "learning_discovery"}
 
 SCENARIO = "bench"
 #: requests in flight per server: the local runtime decodes up to 8 sequences in one forward
