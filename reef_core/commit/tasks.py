@@ -202,7 +202,12 @@ def normalize_prompt(text: str) -> str:
 
 
 def user_texts(body: Any) -> list[str]:
-    """The text of each user message of a request body (either dialect)."""
+    """The text of each user message of a request body (any route's: a Responses body's input
+    items count as the messages they stand for)."""
+    if isinstance(body, dict) and "messages" not in body and "input" in body:
+        from ..kit.records import chat_request
+
+        body = chat_request(body)
     messages = body.get("messages") if isinstance(body, dict) else None
     out = []
     for m in messages if isinstance(messages, list) else []:

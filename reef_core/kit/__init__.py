@@ -18,6 +18,9 @@ where the code lives, not a separate surface. What is in the kit:
 - ``task_body``, ``content_text`` — a held-out task (``evaluator.tasks``) as a request body in the
   runtime's dialect, and the plain text of a message's content, for a recipe that runs the
   scenario's tasks itself and must ask what ``task_suite`` asks (``reef_core.kit.tasks``).
+- ``chat_request``, ``chat_reply`` — a recorded request and answer in Chat Completions shape
+  whatever route served them (``/v1/chat/completions``, ``/v1/responses``, ``/v1/messages``), for
+  a recipe that reads conversations from records (``reef_core.kit.records``).
 - ``jsonfast`` — ``dumps`` (to bytes), ``loads``, ``nesting_depth``: orjson when installed,
   the standard library otherwise.
 
@@ -32,6 +35,7 @@ from typing import Any
 from . import jsonfast
 from .adapters import AdapterTable, Version, version_name
 from .graders import BUILTIN_GRADERS, graders_of
+from .records import chat_reply, chat_request
 from .tasks import content_text, task_body
 from .urls import basic_auth, redact_url, split_url_credentials
 
@@ -54,6 +58,8 @@ __all__ = [
     "Version",
     "aiohttp_available",
     "basic_auth",
+    "chat_reply",
+    "chat_request",
     "content_text",
     "graders_of",
     "jsonfast",

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from reef_core import Batch, ConfigError, Grader
-from reef_core.kit import content_text
+from reef_core.kit import chat_request, content_text
 
 #: request fields that make no sense for an episode re-run by the recipe
 _DROP = ("stream", "stream_options", "n")
@@ -59,9 +59,11 @@ def train_examples(batch: Batch) -> list[dict[str, Any]]:
         reference = {k: exp.metadata[k] for k in ("expected", "pattern", "grader")
                      if isinstance(exp.metadata, Mapping) and exp.metadata.get(k)}
         for rec in exp.records:
-            if not rec.request or not rec.request.get("messages"):
+            # a /v1/responses record (Codex, the Agents SDK) replays as the chat request it stands for
+            body = chat_request(rec.request) if getattr(rec, "route", None) == "openai.responses" else rec.request
+            if not body or not body.get("messages"):
                 continue
-            request = {k: v for k, v in rec.request.items() if k not in _DROP}
+            request = {k: v for k, v in body.items() if k not in _DROP}
             out.append({"kind": "train", "id": f"{exp.report_id}/{rec.id}", "request": request,
                         "answer": rec.response_text(), "release_id": rec.release_id, "score": exp.score,
                         "feedback": feedback,

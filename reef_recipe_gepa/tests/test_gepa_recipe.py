@@ -143,6 +143,21 @@ def test_reports_without_feedback_get_one_that_restates_the_score(tmp_path):
     assert "0.25" in examples[0]["feedback"]
 
 
+def test_a_responses_route_record_trains_as_the_chat_request_it_stands_for():
+    """Codex and the Agents SDK send /v1/responses bodies (instructions + input items): the train
+    example replays them as a chat request, so the episode asks what the user asked."""
+    from dataclasses import replace
+
+    batch = report_batch(1)
+    exp = batch.items[0]
+    rec = replace(exp.records[0], route="openai.responses",
+                  request={"model": "m", "instructions": "Be brief.", "input": "Question 0: what?", "store": False})
+    (example,) = train_examples(replace(batch, items=[replace(exp, records=(rec,))]))
+    assert example["request"]["messages"] == [{"role": "system", "content": "Be brief."},
+                                              {"role": "user", "content": "Question 0: what?"}]
+    assert "input" not in example["request"] and "instructions" not in example["request"]
+
+
 def test_keeps_the_recipe_contract(tmp_path):
     settings = settings_with_tasks(tmp_path / "s")
 

@@ -32,6 +32,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from reef_core.kit import chat_reply, chat_request
+
+#: the route of ``POST /v1/responses`` records (their bodies are Responses items, not messages)
+RESPONSES_ROUTE = "openai.responses"
+
 Canonical = tuple[str, str, tuple[tuple[str, str], ...]]  # role, text, ((tool name, arguments), ...)
 
 
@@ -116,7 +121,7 @@ class SessionIndex:
         if reason is not None:
             obs.dropped = reason
             return obs
-        request = record.request or {}
+        request = request_of(record)
         messages = canonical_messages(request, record.route)
         reply = canonical_reply(record.response, record.route)
         tag = session_tag(record)
@@ -205,7 +210,7 @@ def session_tag(record: Any) -> str | None:
 
 def drop_reason(record: Any, main_turn_requires_tools: bool = False) -> str | None:
     """Why ``record`` is not a main turn (``not_served``, ``side_call``), or None."""
-    request = getattr(record, "request", None)
+    request = request_of(record)
     if getattr(record, "status", "ok") != "ok" or not isinstance(request, dict) or not request.get("messages") \
             or getattr(record, "response", None) is None:
         return "not_served"
@@ -261,6 +266,15 @@ def _canonical_anthropic(role: str, content: Any) -> Canonical:
     return (role, _text(content), ())
 
 
+def request_of(record: Any) -> dict[str, Any]:
+    """The record's request with ``messages``: a ``/v1/responses`` body (instructions and input
+    items) as the Chat Completions conversation it stands for; other routes as recorded."""
+    request = getattr(record, "request", None)
+    if getattr(record, "route", None) == RESPONSES_ROUTE:
+        return chat_request(request)
+    return request if isinstance(request, dict) else {}
+
+
 def canonical_messages(request: dict[str, Any], route: str | None = None) -> tuple[Canonical, ...]:
     """The conversation of a request as comparable tuples, system messages left out."""
     out = []
@@ -278,6 +292,8 @@ def canonical_reply(response: Any, route: str | None = None) -> Canonical:
     """The served reply as the next request would quote it."""
     if not isinstance(response, dict):
         return ("assistant", "", ())
+    if route == RESPONSES_ROUTE or response.get("object") == "response":
+        return _canonical_openai(chat_reply(response) or {"role": "assistant"})
     if _anthropic(route) or response.get("type") == "message":
         return _canonical_anthropic("assistant", response.get("content"))
     choices = response.get("choices") or [{}]

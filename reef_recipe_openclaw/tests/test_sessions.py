@@ -116,3 +116,26 @@ def test_the_open_session_cap_evicts_the_least_recently_active():
     idx.observe(chat_record("r2", [u("b")], "2", at=1))
     obs = idx.observe(chat_record("r3", [u("c")], "3", at=2))
     assert [t.record_id for t in obs.expired] == ["r1"] and len(idx) == 2
+
+
+def responses_record(rid, input_items, reply, *, at, instructions=None):
+    """A served ``POST /v1/responses`` turn as the record store keeps it: the Responses body (the
+    whole conversation as input items) and the Responses object."""
+    from dataclasses import replace
+
+    body = {"model": "m", "input": input_items, **({"instructions": instructions} if instructions else {})}
+    record = chat_record(rid, [], reply, at=at)
+    return replace(record, route="openai.responses", request=body, response={
+        "object": "response", "output": [{"type": "message", "role": "assistant",
+                                          "content": [{"type": "output_text", "text": reply}]}]})
+
+
+def test_responses_route_turns_form_sessions_like_chat_turns():
+    """Codex and the Agents SDK speak /v1/responses: their conversation is input items, the reply
+    output items; trace matching and the next state read them as the conversation they are."""
+    idx = SessionIndex(ttl_s=60)
+    assert idx.observe(responses_record("r1", [u("what is 2+2?")], "4", at=0, instructions="be brief")).dropped is None
+    items = [u("what is 2+2?"), {"type": "message", "role": "assistant",
+                                  "content": [{"type": "output_text", "text": "4"}]}, u("no, say it in words")]
+    (bound,) = idx.observe(responses_record("r2", items, "four", at=1, instructions="be brief")).bound
+    assert (bound.turn.record_id, bound.next_state.role, bound.next_state.text) == ("r1", "user", "no, say it in words")

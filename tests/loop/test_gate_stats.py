@@ -273,6 +273,12 @@ def test_contamination_compares_normalized_user_text():
              {"id": "c", "prompt": "What is the capital of Spain?"}]
     assert contaminated_tasks(tasks, prompts) == ["a", "b"]
     assert contaminated_tasks(tasks, frozenset()) == []
+    # a /v1/responses record's input items are its user messages
+    from reef_core.commit.tasks import user_texts
+
+    assert user_texts({"instructions": "sys", "input": [{"role": "user", "content": [
+        {"type": "input_text", "text": "What is the capital of Italy?"}]}]}) == ["What is the capital of Italy?"]
+    assert user_texts({"input": "Hi"}) == ["Hi"]
 
 
 class _SideRuntime(EchoRuntime):
