@@ -24,16 +24,15 @@ from __future__ import annotations
 import json
 import random
 import statistics
-import threading
 import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from chat_endpoint import ChatEndpoint
 from learning_tasks import LAST_INTEGER, Task, addition_problems, fmt_mean_sd
 
 SCENARIO = "bench"
@@ -109,37 +108,20 @@ def criterion(learner_final: float, control_days: list[float]) -> tuple[bool, fl
 # ------------------------------------------------------------------ the scripted evolver
 
 
-class ScriptedEvolver:
+class ScriptedEvolver(ChatEndpoint):
     """An OpenAI-compatible endpoint answering the skillclaw night's prompts in their format with
     the right skill already known: the no-skill bucket creates ``sums``; the ``sums`` group gets
     its description set when it differs, and a skip once it is right; a merge keeps the right
     text. An upper bound of the plumbing (what the loop does with a perfect evolver), not of the method."""
 
+    model = "scripted-evolver"
+
     def __init__(self) -> None:
+        super().__init__()
         self.calls: dict[str, int] = {}
-        owner = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:  # noqa: N802 - the http.server API
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
-                messages = body.get("messages") or [{}]
-                text = owner.answer(str(messages[-1].get("content") or ""))
-                out = json.dumps({"id": "evolver", "object": "chat.completion", "created": 0,
-                                  "model": "scripted-evolver",
-                                  "choices": [{"index": 0, "finish_reason": "stop",
-                                               "message": {"role": "assistant", "content": text}}]}).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+    def reply(self, messages: list[dict[str, Any]]) -> str:
+        return self.answer(str((messages or [{}])[-1].get("content") or ""))
 
     def answer(self, prompt: str) -> str:
         step = ("summarize" if prompt.startswith("You review") else "judge" if prompt.startswith("You grade")
@@ -163,14 +145,6 @@ class ScriptedEvolver:
             return json.dumps({"action": "skip", "fault": "agent", "rationale": "the skill is right"})
         return json.dumps({"action": "optimize_description", "fault": "skill", "name": SKILL_NAME,
                            "description": SKILL_DESCRIPTION, "rationale": "the trigger text lacks the example"})
-
-    def __enter__(self) -> ScriptedEvolver:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def evolver_option(kind: str, url: str | None = None, model: str | None = None) -> Any:

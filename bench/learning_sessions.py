@@ -22,19 +22,17 @@ same ``openai`` judge interface as any model would, so it measures the learner, 
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
-import threading
 import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from chat_endpoint import ChatEndpoint
 from learning_tasks import LAST_INTEGER, Grader, Task, addition_problems, fmt_mean_sd
 
 SCENARIO = "bench"
@@ -120,37 +118,19 @@ SESSION_RECIPES: dict[str, SessionBench] = {
 # ------------------------------------------------------------------ the rule-based judge
 
 
-class RuleJudge:
+class RuleJudge(ChatEndpoint):
     """An OpenAI-compatible endpoint that judges like the recipe's PRM prompts ask, by rule:
     the text after the prompt's last ``"):\\n"`` is the next message; thanks is progress (+1),
     anything else a correction (−1) with ``hint`` on the hint prompt."""
 
+    model = "rule-based-judge"
+
     def __init__(self, bench: SessionBench):
+        super().__init__()
         self.bench = bench
         self.calls = 0
-        judge = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:  # noqa: N802 - the http.server API
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
-                text = judge.answer(body.get("messages") or [])
-                out = json.dumps({"id": "judge", "object": "chat.completion", "created": 0, "model": "rule-based-judge",
-                                  "choices": [{"index": 0, "finish_reason": "stop",
-                                               "message": {"role": "assistant", "content": text}}]}).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def answer(self, messages: list[dict[str, Any]]) -> str:
+    def reply(self, messages: list[dict[str, Any]]) -> str:
         self.calls += 1
         system = " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
         prompt = str(messages[-1].get("content") or "") if messages else ""
@@ -159,14 +139,6 @@ class RuleJudge:
         if "HINT_START" in system:  # the hindsight-hint prompt
             return "\\boxed{-1}" if progress else f"\\boxed{{1}} [HINT_START]{self.bench.hint}[HINT_END]"
         return "\\boxed{1}" if progress else "\\boxed{-1}"
-
-    def __enter__(self) -> RuleJudge:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 # ------------------------------------------------------------------ one seed
