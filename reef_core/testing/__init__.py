@@ -18,7 +18,9 @@
   ``check_record_filter``, ``check_artifact_store``, ``check_harness_adapter``, ``check_grader``,
   ``check_runtime``, ``check_trainable_base`` — one call checks a plugin object against its
   contract (or a runtime against the ``TrainableBase`` capability); ``synthetic_batch``,
-  ``synthetic_release``, ``recipe_context``, ``eval_context``, ``EchoRuntime`` build their inputs.
+  ``synthetic_release``, ``recipe_context``, ``eval_context``, ``EchoRuntime``
+  (``TrainableEchoRuntime``: with ``TrainableBase`` on a local model directory, for weight
+  recipes) build their inputs.
 - ``reef_core.testing.pytest_plugin`` — ``fake_upstream`` and ``reef_server`` factory fixtures
   (loaded automatically through reef-core's ``pytest11`` entry point).
 """
@@ -26,6 +28,7 @@
 from .fake_upstream import FakeUpstream
 from .kits import (
     EchoRuntime,
+    TrainableEchoRuntime,
     check_artifact_store,
     check_evaluator,
     check_grader,
@@ -47,6 +50,7 @@ from .sse import parse_sse
 
 __all__ = [
     "EchoRuntime",
+    "TrainableEchoRuntime",
     "FakeUpstream",
     "ReefServer",
     "Reply",

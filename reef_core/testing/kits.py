@@ -183,6 +183,27 @@ class EchoRuntime(Runtime):
                             "finish_reason": "stop"}]}
 
 
+class TrainableEchoRuntime(EchoRuntime):
+    """``EchoRuntime`` offering ``TrainableBase`` on a local model directory (a weight recipe's
+    tests: it trains on the files, answers calls by echoing). ``eos_token_ids`` are the model's."""
+
+    def __init__(self, model_dir: Any, *, model_id: str = "tiny", eos_token_ids: tuple[int, ...] = (2,)):
+        super().__init__()
+        self.model_dir = Path(model_dir)
+        self.model_id = model_id
+        self.eos_token_ids = tuple(eos_token_ids)
+
+    def trainable_problem(self) -> str | None:
+        return None
+
+    def base_model(self) -> ServedBase:
+        return ServedBase(path=self.model_dir, model_id=self.model_id, device="cpu", dtype="float32",
+                          eos_token_ids=self.eos_token_ids)
+
+    def adapter_of(self, release: Any) -> Path | None:
+        return release.adapter_dir if release is not None else None
+
+
 @contextmanager
 def eval_context(runtime: Any = None, *, scenario: str = SCENARIO) -> Iterator[EvalContext]:
     """An ``EvalContext`` whose runtime (default ``EchoRuntime()``) runs on an event loop in a thread."""

@@ -8,27 +8,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from reef_core import Batch, Experience, ExperienceRecord, ServedBase
-from reef_core.testing import EchoRuntime
+from reef_core import Batch, Experience, ExperienceRecord
+from reef_core.testing import TrainableEchoRuntime
 
 SCENARIO = "kit"
 
 
-class TinyTrainable(EchoRuntime):
-    """A runtime offering ``TrainableBase`` on a local model directory (it answers calls by echoing)."""
-
-    def __init__(self, model_dir: Path):
-        super().__init__()
-        self.model_dir = Path(model_dir)
-
-    def trainable_problem(self):
-        return None
-
-    def base_model(self) -> ServedBase:
-        return ServedBase(path=self.model_dir, model_id="tiny", device="cpu", dtype="float32", eos_token_ids=(2,))
-
-    def adapter_of(self, release):
-        return release.adapter_dir if release is not None else None
+#: a runtime offering ``TrainableBase`` on a local model directory (it answers calls by echoing)
+TinyTrainable = TrainableEchoRuntime
 
 
 def grid_metadata(step: int, group: int, rollout: int, groups: int, rollouts: int, **extra: Any) -> dict[str, Any]:
