@@ -293,9 +293,12 @@ def run_seed(bench: RecipeBench, seed: int, *, budget: int, mode: str | None, ru
             if not settled:
                 log(f"  seed {seed}: learning had not settled after {bench.settle_timeout_s:.0f} s; measuring anyway")
             after = {s.name: accuracy(s, bench, split.heldout, pool) for s in servers}
+        candidates = learner.candidates()
+        log(f"  seed {seed}: held-out after: learner {after[learner.name]:.3f}, control {after[control.name]:.3f}; "
+            f"candidates {dict(candidates) or 'none'} ({time.monotonic() - start:.0f} s)")
         return SeedResult(seed, control_before=before[control.name], control_after=after[control.name],
                           learner_before=before[learner.name], learner_after=after[learner.name],
-                          candidates=learner.candidates(), traffic_reward=reward / max(1, len(split.train)),
+                          candidates=candidates, traffic_reward=reward / max(1, len(split.train)),
                           settled=settled, seconds=time.monotonic() - start)
     except Exception:
         for s in servers:
