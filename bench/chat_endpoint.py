@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import threading
+from abc import ABC, abstractmethod
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
-class ChatEndpoint:
+class ChatEndpoint(ABC):
     """``POST <url>/chat/completions`` answered by ``reply(messages) -> str``; ``url`` ends in ``/v1``."""
 
     model = "scripted"
@@ -42,8 +43,9 @@ class ChatEndpoint:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
+    @abstractmethod
     def reply(self, messages: list[dict[str, Any]]) -> str:
-        raise NotImplementedError
+        """The assistant's text for one request's ``messages``."""
 
     def __enter__(self):
         self.thread.start()
