@@ -1,14 +1,15 @@
 """Reef as users install it: built wheels, a fresh virtualenv, no manual step.
 
 The wheels of reef-core, reef-train, reef-smollm2 (the embedded model's GGUF), reef-torch, the
-recipes gepa and sao and the example recipe are built with ``pip wheel`` from copies of the source
+five recipes (gepa, sao, openclaw, tttd, skillclaw) and the example recipe are built with ``pip wheel`` from copies of the source
 trees (git's files, so stale ``build/`` directories cannot leak in), each without a single build
 warning. Then, each into a new virtualenv (no system site-packages; the other dependencies come
 from the configured indexes, ours only from the wheelhouse):
 
-- ``pip install torch==2.13.0 reef-core reef-torch reef-recipe-sao reef-recipe-few-shot`` must bring
-  everything ``runtime=local`` needs: ``reef serve runtime=local`` answers a chat completion with
-  the embedded SmolLM2, and ``reef plugins`` lists both recipes;
+- ``pip install torch==2.13.0 reef-core reef-torch reef-recipe-sao reef-recipe-openclaw
+  reef-recipe-tttd reef-recipe-skillclaw reef-recipe-few-shot`` must bring everything
+  ``runtime=local`` needs: ``reef serve runtime=local`` answers a chat completion with the
+  embedded SmolLM2, and ``reef plugins`` lists every recipe;
 - ``pip install reef-core reef-recipe-gepa`` must give a server that runs ``recipe=gepa`` (the
   architecture's promise): ``reef plugins`` lists it, ``reef serve recipe=gepa`` with a task file
   gets ready, and a growth step on reports with feedback publishes the instruction GEPA learned
@@ -44,6 +45,9 @@ PACKAGES = {  # distribution -> source directory
     "reef-torch": "plugins/reef_torch",
     "reef-recipe-gepa": "reef_recipe_gepa",
     "reef-recipe-sao": "reef_recipe_sao",
+    "reef-recipe-openclaw": "reef_recipe_openclaw",
+    "reef-recipe-tttd": "reef_recipe_tttd",
+    "reef-recipe-skillclaw": "reef_recipe_skillclaw",
     "reef-recipe-few-shot": "examples/reef_recipe_few_shot",
 }
 NESTED = ("plugins/", "examples/", "reef_recipe_")  # other packages, not part of reef-core's tree
@@ -202,7 +206,7 @@ def test_pip_install_reef_torch_serves_the_embedded_model(wheelhouse, tmp_path):
     timings = {"build wheels": wheelhouse["seconds"]}
     started = time.monotonic()
     bin_dir = _install(wheelhouse, tmp_path, "torch==2.13.0", "reef-core", "reef-torch", "reef-recipe-sao",
-                       "reef-recipe-few-shot")
+                       "reef-recipe-openclaw", "reef-recipe-tttd", "reef-recipe-skillclaw", "reef-recipe-few-shot")
     py, reef, venv = bin_dir / "python", bin_dir / "reef", bin_dir.parent
     timings["venv + pip install"] = time.monotonic() - started
 
@@ -216,7 +220,8 @@ def test_pip_install_reef_torch_serves_the_embedded_model(wheelhouse, tmp_path):
 
     listed = _plugins(reef, env, tmp_path)
     assert re.search(r"^few_shot \(v0\.1\.0\) .*recipe: few_shot", listed, re.M), listed
-    assert re.search(r"^sao \(v0\.1\.0\) .*recipe: sao", listed, re.M), listed
+    for recipe in ("sao", "openclaw", "tttd", "skillclaw"):
+        assert re.search(rf"^{recipe} \(v0\.1\.0\) .*recipe: {recipe}", listed, re.M), listed
     assert re.search(r"\(v0\.1\.0\) .*runtime: .*\blocal\b", listed), listed
 
     started = time.monotonic()
