@@ -172,3 +172,15 @@ def test_ruff_treats_every_package_as_first_party(tmp_path):
     result = subprocess.run([ruff, "check", "--select", "I", "--no-cache", "tests/test_imports.py"], cwd=root,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1 and "I001" in result.stdout
+
+
+def test_test_modules_of_the_packages_have_unique_names():
+    """The packages' tests/ folders are not Python packages, so pytest imports their modules by
+    basename: two `test_advantages.py` in two recipes stop the whole run at collection."""
+    seen: dict[str, Path] = {}
+    for folder in sorted(ROOT.glob("*/tests")) + sorted(ROOT.glob("*/*/tests")):
+        if (folder / "__init__.py").exists() or ".venv" in folder.parts:
+            continue
+        for module in sorted(folder.glob("test_*.py")):
+            first = seen.setdefault(module.name, module)
+            assert first == module, f"{module.relative_to(ROOT)} and {first.relative_to(ROOT)} share a name"
