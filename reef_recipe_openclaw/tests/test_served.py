@@ -63,9 +63,10 @@ def test_sessions_over_http_become_judged_turns_and_a_release(tmp_path, tiny_mod
         assert len(rec.top_logprobs) == len(rec.response_token_ids) and len(rec.top_logprobs[0]) == 3
         assert all(call.top_logprobs == 3 for call in runtime.calls)
 
-        releases = _wait(lambda: client.get("/reef/scenarios/default/releases").json()["releases"], "a release")
-        candidates = client.get("/reef/scenarios/default/candidates").json()["candidates"]
-        published = next(c for c in candidates if c["status"] == "published")
+        # the release row comes first, the candidate's status after it: wait for the candidate
+        published = _wait(lambda: next((c for c in client.get("/reef/scenarios/default/candidates").json()["candidates"]
+                                        if c["status"] == "published"), None), "a published candidate")
+        releases = client.get("/reef/scenarios/default/releases").json()["releases"]
         assert releases[0]["candidate_id"] == published["id"]
         why = published["artifact"]["metadata"]["openclaw"]
         assert why["dispatch"] == {"anchor": 1, "hint_eval": 1} and why["metrics"]["opd_turns"] == 2
