@@ -33,7 +33,9 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -221,6 +223,26 @@ class ReefProcess:
         return False
 
 
+@contextmanager
+def serving(servers: Iterable[ReefProcess], log: Callable[[str], None] = print) -> Iterator[None]:
+    """Start ``servers`` and wait until each is ready; on an error print each one's log tail;
+    always stop them (SIGINT, a clean shutdown)."""
+    servers = list(servers)
+    try:
+        for s in servers:
+            s.start()
+        for s in servers:
+            s.wait_ready()
+        yield
+    except Exception:
+        for s in servers:
+            log(f"--- {s.name} log tail ---\n{s.log_tail()}")
+        raise
+    finally:
+        for s in servers:
+            s.stop()
+
+
 # ------------------------------------------------------------------ one seed
 
 
@@ -269,11 +291,7 @@ def run_seed(bench: RecipeBench, seed: int, *, budget: int, mode: str | None, ru
     learner = ReefProcess(f"seed{seed}-learner", workdir, configs["learner"], runtime)
     control = ReefProcess(f"seed{seed}-control", workdir, configs["control"], runtime)
     servers = (learner, control)
-    try:
-        for s in servers:
-            s.start()
-        for s in servers:
-            s.wait_ready()
+    with serving(servers, log):
         with ThreadPoolExecutor(CONCURRENCY) as pool:
             before = {s.name: accuracy(s, bench, split.heldout, pool) for s in servers}
             log(f"  seed {seed}: held-out before: learner {before[learner.name]:.3f}, "
@@ -300,13 +318,6 @@ def run_seed(bench: RecipeBench, seed: int, *, budget: int, mode: str | None, ru
                           learner_before=before[learner.name], learner_after=after[learner.name],
                           candidates=candidates, traffic_reward=reward / max(1, len(split.train)),
                           settled=settled, seconds=time.monotonic() - start)
-    except Exception:
-        for s in servers:
-            log(f"--- {s.name} log tail ---\n{s.log_tail()}")
-        raise
-    finally:
-        for s in servers:
-            s.stop()
 
 
 # ------------------------------------------------------------------ the report

@@ -187,7 +187,7 @@ def run_task(server: Any, bench: DayBench, task: Task, index: int, tag: str) -> 
 
 def run_days_seed(bench: DayBench, seed: int, *, days: int, per_day: int, evolver: Any, runtime: Any,
                   workdir: Path, log: Callable[[str], None]) -> DaysSeed:
-    from learning import ReefProcess
+    from learning import ReefProcess, serving
 
     start = time.monotonic()
     plan = bench.plan(seed, days, per_day)
@@ -200,11 +200,7 @@ def run_days_seed(bench: DayBench, seed: int, *, days: int, per_day: int, evolve
                "control": ReefProcess(f"seed{seed}-control", workdir, config(False), runtime, evaluator="always")}
     scores: dict[str, list[float]] = {"learner": [], "control": []}
     settled = True
-    try:
-        for s in servers.values():
-            s.start()
-        for s in servers.values():
-            s.wait_ready()
+    with serving(servers.values(), log):
         with ThreadPoolExecutor(CONCURRENCY) as pool:
             for day, tasks in enumerate(plan):
                 for side, server in servers.items():
@@ -223,13 +219,6 @@ def run_days_seed(bench: DayBench, seed: int, *, days: int, per_day: int, evolve
         pool_names = sorted(f["path"].split("/")[1] for f in tree.get("files", []) if f["path"].startswith("skills/"))
         return DaysSeed(seed, scores["learner"], scores["control"], learner.candidates().get("published", 0),
                         pool_names, settled, time.monotonic() - start)
-    except Exception:
-        for s in servers.values():
-            log(f"--- {s.name} log tail ---\n{s.log_tail()}")
-        raise
-    finally:
-        for s in servers.values():
-            s.stop()
 
 
 # ------------------------------------------------------------------ the report

@@ -159,32 +159,25 @@ def run_side(server: Any, bench: DiscoveryBench, seed: int, run_dir: Path, log: 
 def run_seed(bench: DiscoveryBench, seed: int, runtime: Any, workdir: Path,
              log: Callable[[str], None]) -> DiscoverySeed:
     """Both servers of one seed, searched side by side."""
-    from learning import ReefProcess
+    from learning import ReefProcess, serving
 
     start = time.monotonic()
     servers = {mode: ReefProcess(mode, workdir / f"seed{seed}", server_config(bench, mode, seed), runtime,
                                  evaluator="always") for mode in MODES}
     sides: dict[str, SideResult] = {}
-    try:
-        for s in servers.values():
-            s.start()
-        for s in servers.values():
-            s.wait_ready()
+    with serving(servers.values(), log):
 
         def one(mode: str) -> None:
             sides[mode] = run_side(servers[mode], bench, seed, workdir / f"seed{seed}" / f"{mode}-run", log)
 
         # daemon threads joined with a timeout: SIGTERM reaches the main thread, which stops both
-        # servers (the finally below) and the searches end with them
+        # servers (serving's finally) and the searches end with them
         threads = [threading.Thread(target=one, args=(m,), daemon=True) for m in MODES]
         for t in threads:
             t.start()
         for t in threads:
             while t.is_alive():
                 t.join(1.0)
-    finally:
-        for s in servers.values():
-            s.stop()
     result = DiscoverySeed(seed, {m: sides.get(m, SideResult(error="did not run")) for m in MODES},
                            time.monotonic() - start)
     log(f"seed {seed}: tttd best {result.sides['tttd'].best:.4f} vs search-only "

@@ -190,7 +190,7 @@ def run_session(server: Any, bench: SessionBench, task: Task, seed: int, index: 
 
 def run_sessions_seed(bench: SessionBench, seed: int, *, sessions: int, judge: str, judge_url: str | None,
                       runtime: Any, workdir: Path, log: Callable[[str], None]) -> SessionSeed:
-    from learning import ReefProcess
+    from learning import ReefProcess, serving
 
     start = time.monotonic()
     tasks = bench.order(seed, sessions)
@@ -204,11 +204,7 @@ def run_sessions_seed(bench: SessionBench, seed: int, *, sessions: int, judge: s
     control = ReefProcess(f"seed{seed}-control", workdir, config(False), runtime, evaluator=None)
     results = {"learner": SideResult(), "control": SideResult()}
     servers = {"learner": learner, "control": control}
-    try:
-        for s in servers.values():
-            s.start()
-        for s in servers.values():
-            s.wait_ready()
+    with serving(servers.values(), log):
         with ThreadPoolExecutor(CONCURRENCY) as pool:
             for i in range(0, len(tasks), CONCURRENCY):
                 chunk = list(enumerate(tasks[i:i + CONCURRENCY], i))
@@ -231,13 +227,6 @@ def run_sessions_seed(bench: SessionBench, seed: int, *, sessions: int, judge: s
         settled = learner.wait_settled(bench.settle_timeout_s)
         return SessionSeed(seed, results["learner"], results["control"], dict(learner.candidates()), settled,
                            time.monotonic() - start)
-    except Exception:
-        for s in servers.values():
-            log(f"--- {s.name} log tail ---\n{s.log_tail()}")
-        raise
-    finally:
-        for s in servers.values():
-            s.stop()
 
 
 # ------------------------------------------------------------------ the report
