@@ -103,7 +103,10 @@ class DiscoverySeed:
 
     @property
     def above(self) -> bool:
-        return self.sides["tttd"].best > self.sides["search-only"].best
+        """The learner's best beats the floor's by more than float noise: two archives that kept
+        the same solution can score it 0.2 and 0.20000000000000004 (the judge recomputes it)."""
+        floor = self.sides["search-only"].best
+        return self.sides["tttd"].best - floor > 1e-9 * max(1.0, abs(floor))
 
 
 def seed_table(results: list[DiscoverySeed]) -> str:

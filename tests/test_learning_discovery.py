@@ -61,3 +61,10 @@ def test_smoke_one_seed_tiny_budget(capsys):
     assert ld.main(["tttd", "--seeds", "1", "--budget", "16", "--rollouts", "4", "--lora-rank", "8"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("tttd: best ") and "at 16 samples" in last and "/1 seeds above search-only" in last
+
+
+def test_equal_bests_up_to_float_noise_are_not_above():
+    noise = ld.DiscoverySeed(0, {"tttd": _side([0.2, 0.2 + 1e-15], [0.2, 0.8]),
+                                 "search-only": _side([0.2, 0.2], [0.2, 0.2])})
+    better = ld.DiscoverySeed(1, {"tttd": _side([0.2, 0.2001], [0.2, 0.8]), "search-only": _side([0.2, 0.2], [0.2, 0.2])})
+    assert not noise.above and better.above
