@@ -252,6 +252,7 @@ def main(argv: list[str]) -> int:
     import signal
     import sys
     import tempfile
+    from contextlib import nullcontext
 
     from learning import Runtime
 
@@ -289,16 +290,11 @@ def main(argv: list[str]) -> int:
     results = []
     scripted = ScriptedEvolver() if kind == "scripted" else None
     with tempfile.TemporaryDirectory(prefix="reef-bench-days-") as tmp:
-        try:
-            if scripted is not None:
-                scripted.__enter__()
+        with scripted or nullcontext():
             evolver = evolver_option(kind, scripted.url if scripted else args.evolver_url, args.evolver_model)
             for seed in range(args.seeds):
                 results.append(run_days_seed(bench, seed, days=days, per_day=per_day, evolver=evolver, runtime=runtime,
                                              workdir=Path(tmp), log=log))
-        finally:
-            if scripted is not None:
-                scripted.__exit__()
     log("")
     log(days_table(results))
     log(days_summary(bench.name, {"model": "the served model as evolver", "scripted": "scripted evolver",

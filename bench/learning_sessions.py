@@ -292,6 +292,7 @@ def main(argv: list[str]) -> int:
 def run(args: Any, runtime: Any, log: Callable[[str], None] = print) -> int:
     """Every seed, the table and the summary line."""
     import tempfile
+    from contextlib import nullcontext
 
     bench = SESSION_RECIPES[args.recipe]
     judge = args.judge or "model"
@@ -308,18 +309,12 @@ def run(args: Any, runtime: Any, log: Callable[[str], None] = print) -> int:
            else "the served model on its frozen base (the recipe's default)"))
     start = time.monotonic()
     results = []
-    with tempfile.TemporaryDirectory(prefix="reef-bench-sessions-") as tmp:
-        judge_server = RuleJudge(bench) if judge == "rules" else None
-        try:
-            if judge_server is not None:
-                judge_server.__enter__()
-            for seed in range(args.seeds):
-                results.append(run_sessions_seed(bench, seed, sessions=sessions, judge=judge,
-                                                 judge_url=judge_server.url if judge_server else None,
-                                                 runtime=runtime, workdir=Path(tmp), log=log))
-        finally:
-            if judge_server is not None:
-                judge_server.__exit__()
+    with tempfile.TemporaryDirectory(prefix="reef-bench-sessions-") as tmp, \
+            (RuleJudge(bench) if judge == "rules" else nullcontext()) as judge_server:
+        for seed in range(args.seeds):
+            results.append(run_sessions_seed(bench, seed, sessions=sessions, judge=judge,
+                                             judge_url=judge_server.url if judge_server else None,
+                                             runtime=runtime, workdir=Path(tmp), log=log))
     log("")
     log(session_table(results, window))
     log(session_summary(bench.name, judge, results, window, sessions, (time.monotonic() - start) / 60))
