@@ -24,7 +24,7 @@ def upgrade() -> None:
     op.create_table('scenario_modes',
     sa.Column('scenario', sqlmodel.sql.sqltypes.AutoString(length=200), nullable=False),
     sa.Column('mode', sqlmodel.sql.sqltypes.AutoString(length=16), nullable=False),
-    sa.Column('since', sa.DateTime(), nullable=False),
+    sa.Column('since', sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
     sa.Column('set_by', sqlmodel.sql.sqltypes.AutoString(length=200), nullable=True),
     sa.Column('pool_after_record_seq', sa.Integer(), nullable=True),
     sa.Column('pool_after_report_seq', sa.Integer(), nullable=True),
