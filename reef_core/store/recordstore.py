@@ -22,6 +22,7 @@ from .consumption import ConsumptionStore, PoolRule, back_in_pool, newest_seq
 from .engine import make_engines, normalize_url
 from .episodes import EpisodeStore
 from .models import CandidateRow, Consumption, Record, Release, Report, ReportReference, storable, utcnow
+from .modes import ModeStore
 from .retention import RetentionStore
 
 _RECORD_COLUMNS = tuple(c.name for c in Record.__table__.columns if c.name != "seq")
@@ -37,7 +38,7 @@ class ScenarioMismatch(ConflictError):
         self.record_scenario = record_scenario
 
 
-class RecordStore(ConsumptionStore, EpisodeStore, RetentionStore):
+class RecordStore(ConsumptionStore, EpisodeStore, ModeStore, RetentionStore):
     """Typed access to Reef's tables. Safe to share between threads."""
 
     def __init__(self, url: str, *, migrate: bool = True, synchronous: str = "full"):
