@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .plan import ScenarioPlan
@@ -37,6 +37,8 @@ class ScenarioWorker:
         self.steps = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        #: asked before each automatic step (the scenario's learning mode); None: always allowed
+        self.may_grow_auto: Callable[[], Awaitable[bool]] | None = None
 
     @property
     def state(self) -> str:
@@ -70,6 +72,8 @@ class ScenarioWorker:
             if self.lock.locked():
                 continue
             try:
+                if self.may_grow_auto is not None and not await self.may_grow_auto():
+                    continue
                 result = await self.step("auto")
             except asyncio.CancelledError:
                 raise
