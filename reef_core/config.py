@@ -103,7 +103,15 @@ class RecordStoreSettings(_Strict):
     synchronous: Literal["full", "normal"] = "full"
 
 
+#: what a scenario's learning loop does with its experience (``docs/modes.md``)
+LearningMode = Literal["auto", "manual", "paused", "record_only"]
+LEARNING_MODES: tuple[str, ...] = LearningMode.__args__
+
+
 class ScenarioSettings(_Strict):
+    #: the scenario's learning mode until one is set through the API, the CLI or the dashboard
+    #: (the stored one wins from then on, across restarts)
+    mode: LearningMode = "auto"
     recipe_options: dict[str, Any] = {}
     evaluator: str | None = None
     evaluator_options: dict[str, Any] = {}
