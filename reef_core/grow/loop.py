@@ -18,6 +18,7 @@ without it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..hookspecs import hookimpl
 from ..observe import eligible
 from ..observe.eligibility import pool_rule
+from .modes import ScenarioModes
 from .plan import ScenarioPlan, resolve_plan
 from .step import StepResult
 from .worker import ScenarioWorker
@@ -65,6 +67,9 @@ class LearningLoop:
         self._retention_last_ts = 0.0
         for scenario in self.configured_scenarios():  # a configuration error stops the start here
             self.plan(scenario)
+        #: the scenarios' learning modes (``reef_core.grow.modes``), configured ones stored now
+        self.modes = ScenarioModes(self.store, self.settings)
+        self.modes.apply_configured()
 
     @property
     def background(self) -> bool:
@@ -151,7 +156,23 @@ class LearningLoop:
         worker = self.workers.get(scenario)
         if worker is None:
             worker = self.workers[scenario] = ScenarioWorker(self.reef, scenario, self.plan)
+            worker.may_grow_auto = functools.partial(self._grows_automatically, scenario)
         return worker
+
+    async def _grows_automatically(self, scenario: str) -> bool:
+        return await asyncio.to_thread(self.modes.mode, scenario) == "auto"
+
+    def mode(self, scenario: str) -> str:
+        """``scenario``'s learning mode (blocking: reads the store; ``reef_core.grow.modes``)."""
+        return self.modes.mode(scenario)
+
+    def set_mode(self, scenario: str, mode: str, by: str | None = None) -> dict[str, Any]:
+        """Store ``scenario``'s learning mode; {"scenario", "mode", "since", "set_by"} (blocking).
+        Becoming ``auto`` wakes the scenario's worker."""
+        info = self.modes.set(scenario, mode, by)
+        if mode == "auto":
+            self._poke_soon(scenario)
+        return info
 
     def poke(self, scenario: str) -> None:
         """Wake ``scenario``'s worker (event-loop thread only)."""
@@ -162,7 +183,9 @@ class LearningLoop:
         worker.poke()
 
     async def grow(self, scenario: str, progress: Any = None) -> StepResult:
-        """Run a growth step of ``scenario`` now (``POST .../grow``, ``reef grow``)."""
+        """Run a growth step of ``scenario`` now (``POST .../grow``, ``reef grow``); ConflictError
+        in a mode that learns nothing (paused, record_only)."""
+        await asyncio.to_thread(self.modes.check_can_learn, scenario)
         return await self.worker(scenario).grow_now(progress)
 
     def dead_tasks(self) -> list[str]:
@@ -182,8 +205,10 @@ class LearningLoop:
             pending = len(eligible(self.store, scenario, list(plan.filters), want=STATUS_COUNT_CAP,
                                    rule=pool_rule(self.settings.loop, plan.recipe.batch_size)))
         removed = self._removed.get(scenario, {})
+        mode = self.modes.describe(scenario)
         return {
             **plan.describe(),
+            "mode": mode["mode"], "mode_since": mode["since"], "mode_set_by": mode["set_by"],
             "loop_enabled": self.settings.loop.enabled,
             "serving_release_id": serving.release_id if serving else None,
             "eligible": pending,
