@@ -7,6 +7,10 @@ moved on, or enough new reports arrived; at most ``loop.max_attempts`` attempts)
 recipe's filters run first, then the filters the scenario config adds; each filter narrows
 (or enriches) the list. Filters are plugins (``register_record_filters``); their protocol is
 ``apply(items, ctx) -> items``.
+
+A scenario's learning mode bounds the pool too (``docs/modes.md``): in ``record_only`` it is
+empty, and once the scenario leaves ``record_only`` it starts at that moment: records and
+reports stored up to then never become experience (``RecordStore.pool_start``).
 """
 
 from __future__ import annotations
@@ -90,6 +94,11 @@ def load_page(store: Any, scenario: str, *, after_seq: int | None = None, limit:
     """
     limit = limit or PAGE_SIZE
     rule = rule or PoolRule()
+    start = store.pool_start(scenario)
+    if start.closed:
+        return [], None
+    if start.after_report_seq is not None:
+        after_seq = max(after_seq or 0, start.after_report_seq)
     reports = store.list_reports(scenario, pool=rule, after_seq=after_seq, limit=limit)
     if not reports:
         return [], None
@@ -99,7 +108,7 @@ def load_page(store: Any, scenario: str, *, after_seq: int | None = None, limit:
     page: list[Experience] = []
     for rep in reports:
         refs = list(rep.references or [])
-        if any(r in out or r not in records for r in refs):
+        if any(r in out or r not in records or not start.admits_record(records[r].seq) for r in refs):
             continue
         page.append(Experience(
             report_id=rep.id, scenario=rep.scenario, score=rep.score, feedback=rep.feedback,
