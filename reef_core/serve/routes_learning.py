@@ -1,7 +1,8 @@
-"""Routes of the learning side: releases, candidates (with their episodes), rollback, grow, harness.
+"""Routes of the learning side: releases, candidates (with their episodes), rollback, grow,
+learning modes, harness.
 
-Read routes take any valid token (limited to its scenarios); rollback and grow need
-``admin``. The work is done by the kernel's ``LearningLoop`` (``reef_core.grow``); these
+Read routes take any valid token (limited to its scenarios); rollback, grow and setting a
+mode need ``admin``. The work is done by the kernel's ``LearningLoop`` (``reef_core.grow``); these
 routes only translate HTTP to it.
 """
 
@@ -16,11 +17,12 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..commit.harness import harness_bundle
+from ..config import LearningMode
 from ..errors import NotFoundError
 from ..store import to_json
 from .auth import Principal, check_scenario, require_role
 from .errors import ClientError
-from .routes_reef import _decode_cursor, _encode_cursor
+from .routes_reef import _decode_cursor, _encode_cursor, _known_scenarios
 from .scenarios import header_scenario, path_scenario
 
 router = APIRouter(tags=["learning"])
@@ -41,6 +43,13 @@ class RollbackIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     release_id: str = Field(..., min_length=1, max_length=100)
+
+
+class ModeIn(BaseModel):
+    """The learning mode to set (``docs/modes.md``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    mode: LearningMode
 
 
 def _learning(request: Request):
@@ -157,6 +166,41 @@ async def grow(scenario: str, request: Request,
     if result.outcome == "busy":
         return JSONResponse({"error": {"type": "conflict", "message": result.reason}, **data}, status_code=409)
     return JSONResponse(data)
+
+
+def _known(request: Request, scenario: str) -> None:
+    if scenario not in _known_scenarios(request.app.state.serve):
+        raise NotFoundError(f"no scenario named {scenario!r}")
+
+
+@router.get("/reef/scenarios/{scenario}/mode", responses=_ERRORS)
+async def get_mode(scenario: str, request: Request, principal: Principal = Depends(require_role())) -> dict[str, Any]:
+    """The scenario's learning mode: ``{"scenario", "mode", "since", "set_by"}`` (``since`` and
+    ``set_by`` null while the configured mode holds)."""
+    _scenario(scenario, principal)
+    loop = _learning(request)
+
+    def read() -> dict[str, Any]:
+        _known(request, scenario)
+        return loop.modes.describe(scenario)
+
+    return await run_in_threadpool(read)
+
+
+@router.put("/reef/scenarios/{scenario}/mode", responses=_ERRORS)
+async def put_mode(scenario: str, body: ModeIn, request: Request,
+                   principal: Principal = Depends(require_role("admin"))) -> dict[str, Any]:
+    """Set the scenario's learning mode: ``auto``, ``manual``, ``paused`` or ``record_only``.
+    It is stored, survives restarts and wins over ``scenarios.<name>.mode`` from now on;
+    becoming ``auto`` wakes the scenario's growth worker."""
+    _scenario(scenario, principal)
+    loop = _learning(request)
+
+    def write() -> dict[str, Any]:
+        _known(request, scenario)
+        return loop.set_mode(scenario, body.mode, by="api")
+
+    return await run_in_threadpool(write)
 
 
 def _harness_scenario(request: Request, principal: Principal) -> str:

@@ -213,10 +213,20 @@ async def get_scenario(scenario: str, request: Request,
             "head_release": to_json(head) if head else None,
             "serving_release_id": serving.release_id if serving else None,
             "counts": reef.store.counts(scenario),
+            # the learning mode (``docs/modes.md``), also without a learning loop: what is stored, else configured
+            "mode": loop["mode"] if loop else _stored_or_configured_mode(reef, scenario),
             "loop": loop,
         }
 
     return await run_in_threadpool(read)
+
+
+def _stored_or_configured_mode(reef: Any, scenario: str) -> str:
+    row = reef.store.scenario_mode(scenario)
+    if row is not None:
+        return row.mode
+    sc = reef.settings.scenarios.get(scenario)
+    return sc.mode if sc is not None else "auto"
 
 
 def _encode_cursor(seq: int, newest_first: bool) -> str:
