@@ -1,10 +1,12 @@
 """Reef's record store: SQLModel tables, SQLite (WAL) or PostgreSQL, Alembic migrations."""
 
 from .consumption import PoolRule
+from .leases import LEASE_CHANNEL, LeaseLost
 from .models import (
     CandidateRow,
     Consumption,
     EpisodeRow,
+    GrowthLease,
     Record,
     Release,
     Report,
@@ -19,6 +21,9 @@ __all__ = [
     "CandidateRow",
     "Consumption",
     "EpisodeRow",
+    "GrowthLease",
+    "LEASE_CHANNEL",
+    "LeaseLost",
     "PoolRule",
     "Record",
     "RecordStore",

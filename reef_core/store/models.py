@@ -10,7 +10,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, Column, Index, LargeBinary, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Column, Index, LargeBinary, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 
@@ -140,13 +140,34 @@ class CandidateRow(SQLModel, table=True):
     summary: str | None = Field(default=None, sa_column=Column(Text))
     artifact: dict | None = _json()
     evaluation: dict | None = _json()
-    # proposed | evaluating | selected | rejected | error | conflict | published
+    # proposed | evaluating | selected | rejected | error | conflict | fenced | published
     status: str = Field(default="proposed", max_length=16)
     decision: str | None = Field(default=None, max_length=16)  # select | reject | error
     reason: str | None = Field(default=None, sa_column=Column(Text))
     release_id: str | None = Field(default=None, max_length=100)
     created_at: datetime = Field(default_factory=utcnow)
     decided_at: datetime | None = None
+    #: the fencing token of the growth lease its step held (``GrowthLease``); null before 0006
+    lease_token: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+
+
+class GrowthLease(SQLModel, table=True):
+    """Who may run a growth step of a scenario, across every process sharing the store
+    (``reef_core.store.leases``). Times are seconds since the epoch on the database's clock.
+
+    ``token`` grows by one on every acquisition: the fencing token a step's candidate carries,
+    checked when it publishes, so a holder that lost its lease (paused, partitioned, expired)
+    can never publish.
+    """
+
+    __tablename__ = "growth_leases"
+
+    scenario: str = Field(primary_key=True, max_length=200)
+    holder: str = Field(max_length=200)  # host:pid:uuid of the holding process
+    token: int = Field(sa_column=Column(BigInteger, nullable=False))
+    expires_at: float
+    heartbeat_at: float
+    acquired_at: float
 
 
 class EpisodeRow(SQLModel, table=True):

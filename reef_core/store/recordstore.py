@@ -21,6 +21,7 @@ from ..errors import ConflictError, NotFoundError
 from .consumption import ConsumptionStore, PoolRule, back_in_pool, newest_seq
 from .engine import make_engines, normalize_url
 from .episodes import EpisodeStore
+from .leases import LeaseStore
 from .models import CandidateRow, Consumption, Record, Release, Report, ReportReference, storable, utcnow
 from .modes import ModeStore
 from .retention import RetentionStore
@@ -38,7 +39,7 @@ class ScenarioMismatch(ConflictError):
         self.record_scenario = record_scenario
 
 
-class RecordStore(ConsumptionStore, EpisodeStore, ModeStore, RetentionStore):
+class RecordStore(ConsumptionStore, EpisodeStore, LeaseStore, ModeStore, RetentionStore):
     """Typed access to Reef's tables. Safe to share between threads."""
 
     def __init__(self, url: str, *, migrate: bool = True, synchronous: str = "full"):

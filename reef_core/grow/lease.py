@@ -1,0 +1,210 @@
+"""Growth leases of one process: one growth step per scenario at a time across every process
+sharing the record store, with fencing.
+
+A step runs only while its process holds the scenario's lease (``reef_core.store.leases``):
+``Leases.hold`` acquires it, renews it every third of ``loop.lease_ttl_s`` while the step runs
+and releases it afterwards. The candidate records the lease's fencing token, and publishing
+re-checks it under the lease row's lock (``RecordStore.fenced``), so a step whose process lost
+the lease (paused or partitioned past the expiry) ends ``fenced`` and never publishes.
+
+Recovery: undecided candidates of a scenario are settled only by a process that holds the
+scenario's lease with a newer token (``settle_orphans``): their holder's lease ended, so they
+can never publish. A lease held by a dead process of this host (same host and PID namespace,
+its PID gone) is taken over at once rather than after its expiry.
+
+Cross-process triggers: on PostgreSQL, releasing a lease ``NOTIFY``s every listening process
+(``LeaseListener``), whose workers check their scenario again; on SQLite a worker that found
+the lease held retries every ``loop.lease_poll_s`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from ..store import LEASE_CHANNEL, CandidateRow
+
+log = logging.getLogger("reef.grow")
+
+#: candidate statuses a step leaves behind only while it runs (or when its process died)
+UNDECIDED = ("proposed", "evaluating", "selected")
+INTERRUPTED_REASON = ("interrupted: the growth step that made this candidate stopped before publishing it "
+                      "(its server stopped or lost the scenario's growth lease); its experience returns to "
+                      "the pool under the return rule")
+
+
+def host_id() -> str:
+    """This host as lease holders name it: the host name and, where it can be read, the PID
+    namespace (two containers may share a host name but never a PID namespace)."""
+    name = socket.gethostname().replace(":", "_")
+    try:
+        return f"{name}#{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return name
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs on this host (a zombie counts as dead: it can do nothing more)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def holder_is_dead(holder: str, host: str) -> bool:
+    """Whether the lease holder ``holder`` (``host:pid:uuid``) is provably a dead process of
+    ``host`` (an earlier incarnation of a server here, a killed worker); False when unsure."""
+    try:
+        their_host, pid, _ = holder.rsplit(":", 2)
+        return their_host == host and int(pid) != os.getpid() and not process_alive(int(pid))
+    except ValueError:
+        return False
+
+
+@dataclass
+class Holding:
+    """A held lease: the step's fencing credentials."""
+
+    scenario: str
+    holder: str
+    token: int
+    lost: bool = False
+
+
+class Leases:
+    """The growth leases of one process (one instance per kernel)."""
+
+    def __init__(self, store: Any, ttl_s: float):
+        self.store = store
+        self.ttl_s = float(ttl_s)
+        self.host = host_id()
+        self.holder = f"{self.host}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+    def acquire(self, scenario: str) -> Holding | None:
+        """Take ``scenario``'s lease (blocking): the holding, or None while a live process has it."""
+        token = self.store.acquire_lease(scenario, self.holder, self.ttl_s)
+        if token is None:
+            current = self.store.get_lease(scenario)
+            if current is None or current.holder == self.holder or not holder_is_dead(current.holder, self.host):
+                return None
+            token = self.store.acquire_lease(scenario, self.holder, self.ttl_s,
+                                             take_from=(current.holder, current.token))
+            if token is None:
+                return None
+            log.warning("%s: took the growth lease over from %s, a process of this host that is gone",
+                        scenario, current.holder)
+        return Holding(scenario, self.holder, token)
+
+    def release(self, holding: Holding) -> None:
+        self.store.release_lease(holding.scenario, holding.holder, holding.token)
+
+    @asynccontextmanager
+    async def hold(self, scenario: str) -> AsyncIterator[Holding | None]:
+        """The scenario's lease for the block (None: another process holds it), renewed in the
+        background while the block runs, released when it ends."""
+        holding = await asyncio.to_thread(self.acquire, scenario)
+        if holding is None:
+            yield None
+            return
+        beat = asyncio.create_task(self._heartbeat(holding), name=f"reef-lease-{scenario}")
+        try:
+            yield holding
+        finally:
+            beat.cancel()
+            await asyncio.gather(beat, return_exceptions=True)
+            try:
+                await asyncio.to_thread(self.release, holding)
+            except Exception:  # it expires by itself; the next holder's token is higher anyway
+                log.warning("%s: releasing the growth lease failed; it expires in %.0f s", scenario, self.ttl_s,
+                            exc_info=True)
+
+    async def _heartbeat(self, holding: Holding) -> None:
+        while not holding.lost:
+            await asyncio.sleep(self.ttl_s / 3)
+            try:
+                renewed = await asyncio.to_thread(self.store.renew_lease, holding.scenario, holding.holder,
+                                                  holding.token, self.ttl_s)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a database hiccup: the next beat tries again before the expiry
+                log.warning("%s: renewing the growth lease failed", holding.scenario, exc_info=True)
+                continue
+            if not renewed:
+                holding.lost = True
+                log.warning("%s: the growth lease (token %d) was lost; this step cannot publish",
+                            holding.scenario, holding.token)
+
+
+def settle_orphans(store: Any, rows: Iterable[CandidateRow], max_attempts: int) -> list[str]:
+    """Settle undecided candidates whose step can never finish (the caller proved it: it holds
+    their scenario's lease with a newer token). Published ones (recorded, but their process died
+    before marking them) are marked so; the others become errors and their experience returns to
+    the pool under the return rule. The ids settled as interrupted."""
+    rows = list(rows)
+    published = store.releases_of_candidates(row.id for row in rows)
+    interrupted = []
+    for row in rows:
+        if row.id in published:
+            store.update_candidate(row.id, status="published", release_id=published[row.id])
+            continue
+        store.update_candidate(row.id, status="error", decision=row.decision or "error", reason=INTERRUPTED_REASON,
+                               return_experience=max_attempts)
+        interrupted.append(row.id)
+    return interrupted
+
+
+def orphans_of(store: Any, scenario: str, token: int) -> list[CandidateRow]:
+    """Undecided candidates of ``scenario`` from holdings older than ``token``."""
+    return [row for row in store.candidates_with_status(UNDECIDED)
+            if row.scenario == scenario and (row.lease_token is None or row.lease_token < token)]
+
+
+class LeaseListener:
+    """Hears PostgreSQL ``NOTIFY``s of released leases and calls ``on_release(scenario)`` (from
+    its own thread). Reconnects after an error; the schedule and polling cover the gap."""
+
+    def __init__(self, url: str, on_release: Callable[[str], None]):
+        self.url = url
+        self.on_release = on_release
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="reef-lease-listener", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        import psycopg
+        from sqlalchemy.engine import make_url
+
+        dsn = make_url(self.url).set(drivername="postgresql").render_as_string(hide_password=False)
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {LEASE_CHANNEL}")
+                    while not self._stop.is_set():
+                        for note in conn.notifies(timeout=1.0):
+                            self.on_release(note.payload)
+            except Exception:  # the database went away: listen again shortly
+                log.warning("listening for growth lease releases failed; retrying", exc_info=True)
+                self._stop.wait(2.0)

@@ -1,0 +1,113 @@
+"""Growth leases on SQLite and PostgreSQL: acquire, renew, expire, take over, fence."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from reef_core.grow.lease import Leases, holder_is_dead, host_id, orphans_of, settle_orphans
+from reef_core.store import CandidateRow, LeaseLost, Record, RecordStore, Report, new_id
+
+
+@pytest.fixture
+def store(store_url):
+    s = RecordStore(store_url)
+    yield s
+    s.close()
+
+
+def test_one_holder_at_a_time_and_tokens_grow(store):
+    a, b = "h:1:a", "h:2:b"
+    first = store.acquire_lease("s", a, 30)
+    assert first == 1
+    assert store.acquire_lease("s", b, 30) is None
+    assert store.acquire_lease("s", a, 30) is None  # not re-entrant either
+    assert store.acquire_lease("other", b, 30) == 1  # leases are per scenario
+    assert store.release_lease("s", a, first)
+    second = store.acquire_lease("s", b, 30)
+    assert second == first + 1
+    lease = store.get_lease("s")
+    assert (lease.holder, lease.token) == (b, second)
+    assert not store.release_lease("s", a, first)  # an old holding releases nothing
+    assert store.get_lease("s").holder == b
+
+
+def test_renew_keeps_it_expiry_loses_it_for_good(store):
+    token = store.acquire_lease("s", "h:1:a", 1.5)
+    assert store.renew_lease("s", "h:1:a", token, 1.5)
+    time.sleep(1.7)
+    assert not store.renew_lease("s", "h:1:a", token, 30)  # expired: renewal cannot revive it
+    taken = store.acquire_lease("s", "h:2:b", 30)
+    assert taken == token + 1
+    assert not store.renew_lease("s", "h:1:a", token, 30)
+    assert store.renew_lease("s", "h:2:b", taken, 30)
+
+
+def test_fenced_blocks_a_stale_token(store):
+    token = store.acquire_lease("s", "h:1:a", 1)
+    with store.fenced("s", "h:1:a", token):
+        pass
+    time.sleep(1.2)
+    with pytest.raises(LeaseLost, match="expired"), store.fenced("s", "h:1:a", token):
+        pytest.fail("an expired holding ran its publish")
+    newer = store.acquire_lease("s", "h:2:b", 30)
+    with pytest.raises(LeaseLost, match="h:2:b"), store.fenced("s", "h:1:a", token):
+        pytest.fail("a superseded holding ran its publish")
+    with store.fenced("s", "h:2:b", newer):
+        pass
+    with pytest.raises(LeaseLost, match="nobody"), store.fenced("never", "h:1:a", 1):
+        pass
+
+
+def test_fenced_holds_off_acquisition_until_the_publish_ends(store):
+    """Inside the fence the lease cannot change hands, even once it expired meanwhile."""
+    token = store.acquire_lease("s", "h:1:a", 1)
+    got: list[int | None] = []
+    with store.fenced("s", "h:1:a", token):
+        t = threading.Thread(target=lambda: got.append(store.acquire_lease("s", "h:2:b", 30)))
+        t.start()
+        time.sleep(1.3)  # the lease expires while the publish runs
+        assert got == []  # the contender waits on the lock (or was refused)
+    t.join(10)
+    if got[0] is None:  # PostgreSQL's lock timeout answered "held"; free now
+        got[0] = store.acquire_lease("s", "h:2:b", 30)
+    assert got[0] == token + 1
+
+
+def test_a_dead_local_holder_is_taken_over_before_expiry(store):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    ghost = f"{host_id()}:{int(dead.stdout)}:old"
+    assert holder_is_dead(ghost, host_id())
+    assert not holder_is_dead(f"{host_id()}:{1}:init", host_id())  # alive
+    assert not holder_is_dead(f"elsewhere:{int(dead.stdout)}:x", host_id())  # another host: unprovable
+    token = store.acquire_lease("s", ghost, 300)
+    leases = Leases(store, 30)
+    holding = leases.acquire("s")
+    assert holding is not None and holding.token == token + 1
+    assert Leases(store, 30).acquire("s") is None  # this process is alive: no takeover
+
+
+def test_orphans_are_candidates_of_older_holdings(store):
+    rec = Record(id=new_id("rec"), scenario="s")
+    store.add_record(rec)
+    rpt = Report(id=new_id("rpt"), scenario="s", score=0.0, references=[rec.id], body_hash="h")
+    store.add_report(rpt)
+    old = CandidateRow(id=new_id("cand"), scenario="s", recipe="r", status="evaluating", lease_token=1)
+    store.consume(old.id, "s", record_ids=[rec.id], report_ids=[rpt.id])
+    store.add_candidate(old)
+    mine = CandidateRow(id=new_id("cand"), scenario="s", recipe="r", status="evaluating", lease_token=2)
+    store.add_candidate(mine)
+    store.add_candidate(CandidateRow(id=new_id("cand"), scenario="t", recipe="r", status="evaluating",
+                                     lease_token=1))
+    orphans = orphans_of(store, "s", 2)
+    assert [r.id for r in orphans] == [old.id]
+    assert settle_orphans(store, orphans, 3) == [old.id]
+    settled = store.get_candidate(old.id)
+    assert settled.status == "error" and settled.reason.startswith("interrupted")
+    assert store.get_candidate(mine.id).status == "evaluating"
+    assert store.counts("s")["returned_reports"] == 1
