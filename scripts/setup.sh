@@ -70,6 +70,13 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$hash" ] || ! model_ok; then
   echo "$hash" > "$stamp"
 fi
 
+# Playwright's Python API drives Debian's chromium in tests/ui/ (never `playwright install`:
+# the browser comes from Debian, the tests pass its path as executable_path).
+if [ "$want_browser" = 1 ] && ! "$VENV/bin/python" -c "import playwright" >/dev/null 2>&1; then
+  echo "setup: installing Playwright (Python API)"
+  "$VENV/bin/pip" install -q -e ".[browser]" 2>&1 | { grep -v "is ignored: it is neither" || true; }
+fi
+
 # ---------------------------------------------------------------- coding-agent CLIs
 # Claude Code and Codex, pinned, into a cache outside the repository (tests/agents/ drive them).
 scripts/agent-clis.sh
