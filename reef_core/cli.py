@@ -222,3 +222,8 @@ register_commands(main)
 from .cli_agent import register_commands as register_agent_commands  # noqa: E402
 
 register_agent_commands(main)
+
+# The learning modes, the status of every scenario and the dependency checks.
+from .cli_status import register_commands as register_status_commands  # noqa: E402
+
+register_status_commands(main)

@@ -105,6 +105,35 @@ class RemoteReef:
         _, body = self._call("GET", f"/reef/scenarios/{self._scenario(scenario)}/releases")
         return body["releases"]
 
+    def mode(self, scenario: str) -> dict[str, Any]:
+        """The scenario's learning mode: ``{scenario, mode, since, set_by}``."""
+        return self._call("GET", f"/reef/scenarios/{self._scenario(scenario)}/mode")[1]
+
+    def set_mode(self, scenario: str, mode: str) -> dict[str, Any]:
+        """Set the scenario's learning mode on the server (admin): ``{scenario, mode, since, set_by}``."""
+        return self._call("PUT", f"/reef/scenarios/{self._scenario(scenario)}/mode", json={"mode": mode})[1]
+
+    def scenario_names(self) -> list[str]:
+        """Every scenario the token may see, by name (all pages)."""
+        names: list[str] = []
+        cursor: str | None = None
+        while True:
+            query = f"?cursor={quote(cursor, safe='')}" if cursor else ""
+            _, body = self._call("GET", f"/reef/scenarios{query}")
+            names += [s["name"] for s in body["scenarios"]]
+            cursor = body.get("next_cursor")
+            if not cursor:
+                return names
+
+    def scenario(self, scenario: str) -> dict[str, Any]:
+        """``GET /reef/scenarios/{s}``: recipe, releases, counts, mode and the loop's state."""
+        return self._call("GET", f"/reef/scenarios/{self._scenario(scenario)}")[1]
+
+    def candidates(self, scenario: str, limit: int) -> list[dict[str, Any]]:
+        """The scenario's newest ``limit`` candidates, newest first."""
+        return self._call("GET", f"/reef/scenarios/{self._scenario(scenario)}/candidates?limit={limit}")[1][
+            "candidates"]
+
 
 def _answers(url: str) -> bool:
     """Whether a Reef answers ``/healthz`` at ``url`` (200, or 503 naming a dead worker)."""
