@@ -64,6 +64,8 @@ class ServerSettings(_Strict):
     #: false: only configured scenarios (and those named in tokens) exist; others get 403
     scenarios_open: bool = True
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    #: worker processes behind the one port (``reef_core.serve.runner``), each a full kernel
+    workers: int = Field(1, ge=1, le=64)
 
 
 class TokenSettings(_Strict):
@@ -92,6 +94,11 @@ class LoopSettings(_Strict):
     max_attempts: int = Field(3, ge=1)
     #: rejected experience is eligible again after this many new reports (null: the recipe's batch_size)
     retry_after_new: int | None = Field(None, ge=0)
+    #: a growth step's lease on its scenario (``reef_core.grow.lease``) expires this many
+    #: seconds after its holder's last renewal; the holder renews every third of it
+    lease_ttl_s: float = Field(30.0, ge=1)
+    #: while another process holds a scenario's lease, a pending trigger retries this often
+    lease_poll_s: float = Field(2.0, gt=0)
     retention: RetentionSettings = RetentionSettings()
 
 

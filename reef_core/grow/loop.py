@@ -3,9 +3,11 @@
 ``LearningLoop`` is an in-process plugin: ``reef_core.compose.build_reef`` builds it and
 registers it on the kernel (``reef.register``), which also sets ``reef.learning``. Its hooks:
 
-- ``startup``: settle candidates a previous process left undecided (their experience returns
-  to the pool under the return rule), then (unless the kernel is one-shot) wake the scenarios
-  with something to learn, start the schedule and retention (now, then hourly);
+- ``startup``: settle candidates a previous process left undecided, of the scenarios whose
+  growth lease this process can take (``reef_core.grow.lease``: other live servers' steps
+  are left alone; their experience returns to the pool under the return rule), then (unless
+  the kernel is one-shot) wake the scenarios with something to learn, start the schedule and
+  retention (now, then hourly);
 - ``report_stored``: a stored report wakes its scenario's worker;
 - ``release_published``: a new release wakes its scenario (returned experience may be back);
 - ``shutdown``: stop the schedule, retention and the workers.
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from ..hookspecs import hookimpl
 from ..observe import eligible
 from ..observe.eligibility import pool_rule
+from .lease import LeaseListener, Leases, orphans_of, settle_orphans
 from .modes import ScenarioModes
 from .plan import ScenarioPlan, resolve_plan
 from .step import StepResult
@@ -61,6 +64,9 @@ class LearningLoop:
         self._top_logprobs: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
+        #: this process's growth leases: one step per scenario across every server on the store
+        self.leases = Leases(reef.store, self.settings.loop.lease_ttl_s)
+        self._listener: LeaseListener | None = None
         #: what retention removed per scenario since this process started, and when it last ran
         self._removed: dict[str, dict[str, int]] = {}
         self._retention_last_run: str | None = None
@@ -119,6 +125,9 @@ class LearningLoop:
             self._tasks.append(asyncio.create_task(self._retention_schedule(), name="reef-retention"))
         if not self.settings.loop.enabled:
             return
+        if self.store.dialect == "postgresql":  # a lease released elsewhere wakes the scenario here
+            self._listener = LeaseListener(self.store.url, self._lease_released_soon)
+            self._listener.start()
         for scenario in await asyncio.to_thread(self._scenarios_to_check):
             self.poke(scenario)
         if self.settings.loop.schedule_s:
@@ -131,6 +140,9 @@ class LearningLoop:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)  # stopping regardless of how they end
         self._tasks.clear()
+        if self._listener is not None:
+            await asyncio.to_thread(self._listener.stop)
+            self._listener = None
         for worker in list(self.workers.values()):
             await worker.stop()
 
@@ -150,12 +162,20 @@ class LearningLoop:
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self.poke, scenario)
 
+    def _lease_released_soon(self, scenario: str) -> None:
+        """Another process released ``scenario``'s growth lease (any thread): a trigger waiting
+        here for it checks now."""
+        loop = self._loop
+        worker = self.workers.get(scenario)
+        if worker is not None and loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(worker.lease_released)
+
     # ------------------------------------------------------------------ triggers
 
     def worker(self, scenario: str) -> ScenarioWorker:
         worker = self.workers.get(scenario)
         if worker is None:
-            worker = self.workers[scenario] = ScenarioWorker(self.reef, scenario, self.plan)
+            worker = self.workers[scenario] = ScenarioWorker(self.reef, scenario, self.plan, self.leases)
             worker.may_grow_auto = functools.partial(self._grows_automatically, scenario)
         return worker
 
@@ -253,20 +273,22 @@ class LearningLoop:
     # ------------------------------------------------------------------ internals
 
     def _settle_interrupted(self) -> None:
-        """Candidates a previous process left undecided: published ones (recorded, but the
+        """Candidates an ended process left undecided: published ones (recorded, but the
         process died before marking them) are marked so, the others become errors and their
-        experience returns to the pool under the return rule."""
-        stuck = self.store.candidates_with_status(_INTERRUPTED)
-        published = self.store.releases_of_candidates(row.id for row in stuck)
-        for row in stuck:
-            if row.id in published:
-                self.store.update_candidate(row.id, status="published", release_id=published[row.id])
+        experience returns to the pool under the return rule. Only in scenarios whose lease
+        this process can take (free, expired, or held by a dead process of this host): a live
+        server's running step is not touched; the next holder settles its candidates if it dies."""
+        stuck = {row.scenario for row in self.store.candidates_with_status(_INTERRUPTED)}
+        for scenario in sorted(stuck):
+            holding = self.leases.acquire(scenario)
+            if holding is None:
+                log.info("%s: undecided candidates left alone: another server holds the growth lease", scenario)
                 continue
-            self.store.update_candidate(
-                row.id, status="error", decision=row.decision or "error",
-                reason="interrupted: the server stopped before this candidate was published; "
-                       "its experience returns to the pool under the return rule",
-                return_experience=self.settings.loop.max_attempts)
+            try:
+                settle_orphans(self.store, orphans_of(self.store, scenario, holding.token),
+                               self.settings.loop.max_attempts)
+            finally:
+                self.leases.release(holding)
 
     def _scenarios_to_check(self) -> list[str]:
         """Scenarios a growth step may find experience in: the configured ones and those with

@@ -11,6 +11,11 @@
    rejected or errored candidate — the return of its experience to the pool are one
    transaction. A selected candidate is published with the base release as expected head
    (compare-and-swap) and activated in serving.
+
+Across processes, a step runs only while its process holds the scenario's growth lease
+(``reef_core.grow.lease``): the candidate records the lease's fencing token, and the publish
+runs under the lease row's lock after checking that token, so a step whose process lost the
+lease ends ``fenced`` and never publishes.
 """
 
 from __future__ import annotations
@@ -30,13 +35,14 @@ from ..commit.gate import run_gate
 from ..errors import ConflictError, PublishConflict, ReefError
 from ..observe import Batch, eligible
 from ..observe.eligibility import pool_rule
-from ..store import CandidateRow, new_id
+from ..store import CandidateRow, LeaseLost, new_id
 from ..types import Candidate, Decision, Evaluation
 from .context import RecipeContext, eval_context
 from .plan import ScenarioPlan
 
 if TYPE_CHECKING:
     from ..kernel import Reef
+    from .lease import Holding
 
 log = logging.getLogger("reef.grow")
 
@@ -44,7 +50,7 @@ log = logging.getLogger("reef.grow")
 @dataclass
 class StepResult:
     """What a growth step did: ``outcome`` is nothing | busy | skipped | error | rejected |
-    conflict | published."""
+    conflict | fenced | published."""
 
     scenario: str
     trigger: str
@@ -74,18 +80,21 @@ def summarize(evaluation: Evaluation, decision: Decision) -> dict[str, Any]:
             **{k: evaluation.metrics[k] for k in keys if k in evaluation.metrics}}
 
 
-async def run_step(reef: Reef, plan: ScenarioPlan, trigger: str, progress: Any) -> StepResult:
+async def run_step(reef: Reef, plan: ScenarioPlan, trigger: str, progress: Any,
+                   lease: Holding | None = None) -> StepResult:
     """Run one step of ``plan.scenario`` on ``reef`` (its store, release chain and runtime);
-    never raises for what a recipe or evaluator does (the result says)."""
+    never raises for what a recipe or evaluator does (the result says). ``lease``: the
+    scenario's growth lease the caller holds; publishing is fenced by its token."""
     result = StepResult(scenario=plan.scenario, trigger=trigger, outcome="nothing")
     try:
-        await _step(reef, plan, trigger, progress, result)
+        await _step(reef, plan, trigger, progress, result, lease)
     finally:
         result.finished_at = datetime.now(timezone.utc).isoformat()
     return result
 
 
-async def _step(reef: Reef, plan: ScenarioPlan, trigger: str, progress: Any, result: StepResult) -> None:
+async def _step(reef: Reef, plan: ScenarioPlan, trigger: str, progress: Any, result: StepResult,
+                lease: Holding | None) -> None:
     store, releases = reef.store, reef.releases
     scenario, recipe_name, recipe = plan.scenario, plan.recipe_name, plan.recipe
     if recipe.update_target == "none":
@@ -117,7 +126,7 @@ async def _step(reef: Reef, plan: ScenarioPlan, trigger: str, progress: Any, res
         result.reason = f"the batch was taken by another worker meanwhile ({exc}); nothing done"
         return
     result.candidate_id = cid
-    row = CandidateRow(id=cid, scenario=scenario, recipe=recipe_name)
+    row = CandidateRow(id=cid, scenario=scenario, recipe=recipe_name, lease_token=lease.token if lease else None)
     scratch_root = reef.state_dir / "scratch"
     scratch_root.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f"{cid}-", dir=scratch_root))
@@ -131,7 +140,7 @@ async def _step(reef: Reef, plan: ScenarioPlan, trigger: str, progress: Any, res
             return
         evaluation, decision = await _evaluate(reef, plan, candidate, head, current, row, progress, result)
         if decision.outcome == "select":
-            await _publish(reef, candidate, head, evaluation, decision, result)
+            await _publish(reef, candidate, head, evaluation, decision, result, lease)
     except Exception as exc:  # whatever broke, the candidate says so and nothing is published
         reason = f"growth step failed: {type(exc).__name__}: {exc}"
         log.exception("%s: %s", scenario, reason)
@@ -218,12 +227,27 @@ async def _evaluate(reef: Reef, plan: ScenarioPlan, candidate: Candidate, head: 
 
 
 async def _publish(reef: Reef, candidate: Candidate, head: Any, evaluation: Evaluation,
-                   decision: Decision, result: StepResult) -> None:
+                   decision: Decision, result: StepResult, lease: Holding | None) -> None:
+    def publish() -> Any:
+        def cas() -> Any:
+            return reef.releases.chain.publish(candidate.scenario, candidate.artifact_dir,
+                                               expected_head=head.release_id if head else None, operation="train",
+                                               candidate_id=candidate.id, evaluation=summarize(evaluation, decision))
+        if lease is None:
+            return cas()
+        with reef.store.fenced(lease.scenario, lease.holder, lease.token):  # the lease cannot change hands here
+            return cas()
+
     try:
-        stored = await asyncio.to_thread(
-            reef.releases.chain.publish, candidate.scenario, candidate.artifact_dir,
-            expected_head=head.release_id if head else None, operation="train",
-            candidate_id=candidate.id, evaluation=summarize(evaluation, decision))
+        stored = await asyncio.to_thread(publish)
+    except LeaseLost as exc:
+        # never published: the experience trained nothing that serves; the process that holds
+        # the lease now may have settled this candidate already (returning is idempotent)
+        log.warning("%s: candidate %s fenced: %s", candidate.scenario, candidate.id, exc)
+        await asyncio.to_thread(reef.store.update_candidate, candidate.id, status="fenced", reason=str(exc),
+                                return_experience=reef.settings.loop.max_attempts)
+        result.outcome, result.reason = "fenced", str(exc)
+        return
     except PublishConflict as exc:
         await asyncio.to_thread(reef.store.update_candidate, candidate.id, status="conflict", reason=str(exc))
         result.outcome, result.reason = "conflict", str(exc)

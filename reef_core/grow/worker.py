@@ -3,6 +3,12 @@
 The worker sleeps until poked (a report was stored, the schedule fired, start-up), checks
 whether the eligible batch is full and runs a step. ``grow_now`` runs a step on request;
 while a step is running it answers ``busy`` instead of queueing behind it.
+
+A step runs while this process holds the scenario's growth lease (``reef_core.grow.lease``);
+while another process holds it, the step answers ``busy`` and an automatic trigger checks
+again after ``loop.lease_poll_s`` seconds (sooner on PostgreSQL: a released lease is
+announced). Holding the lease, the worker first settles the scenario's candidates left by
+holdings that ended (a killed or fenced step).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from .lease import Leases, orphans_of, settle_orphans
 from .plan import ScenarioPlan
 from .progress import LogProgress
 from .step import StepResult, run_step
@@ -28,8 +35,9 @@ COALESCE_S = 0.2
 class ScenarioWorker:
     """The growth worker of one scenario: runs steps of ``plan_of(scenario)`` on ``reef``."""
 
-    def __init__(self, reef: Reef, scenario: str, plan_of: Callable[[str], ScenarioPlan]):
+    def __init__(self, reef: Reef, scenario: str, plan_of: Callable[[str], ScenarioPlan], leases: Leases):
         self.reef = reef
+        self.leases = leases
         self.plan_of = plan_of
         self.scenario = scenario
         self.lock = asyncio.Lock()
@@ -37,6 +45,7 @@ class ScenarioWorker:
         self.steps = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._retry: asyncio.TimerHandle | None = None
         #: asked before each automatic step (the scenario's learning mode); None: always allowed
         self.may_grow_auto: Callable[[], Awaitable[bool]] | None = None
 
@@ -59,6 +68,8 @@ class ScenarioWorker:
         self._wake.set()
 
     async def stop(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)  # stopping regardless of how it ends
@@ -84,16 +95,48 @@ class ScenarioWorker:
                 self._wake.set()  # the pool may hold another full batch
 
     async def step(self, trigger: str, progress: Any = None) -> StepResult:
-        """Run one step now (waits for a running one to finish first)."""
-        async with self.lock:
+        """Run one step now (waits for a running one of this process to finish first; answers
+        ``busy`` while another process holds the scenario's lease)."""
+        async with self.lock, self.leases.hold(self.scenario) as holding:
+            if holding is None:
+                self._check_later()
+                result = StepResult(scenario=self.scenario, trigger=trigger, outcome="busy",
+                                    reason="another server is running a growth step of this scenario")
+                if trigger == "manual":
+                    self.last_step = result
+                return result
+            store, max_attempts = self.reef.store, self.reef.settings.loop.max_attempts
+            orphans = await asyncio.to_thread(orphans_of, store, self.scenario, holding.token)
+            if orphans:
+                settled = await asyncio.to_thread(settle_orphans, store, orphans, max_attempts)
+                log.warning("%s: settled %d candidate(s) of ended growth leases (%d interrupted)",
+                            self.scenario, len(orphans), len(settled))
             progress = progress or LogProgress(logging.getLogger("reef.progress"), label=self.scenario)
-            result = await run_step(self.reef, self.plan_of(self.scenario), trigger, progress)
+            result = await run_step(self.reef, self.plan_of(self.scenario), trigger, progress, lease=holding)
             if result.outcome != "nothing" or trigger == "manual":
                 self.last_step = result
                 self.steps += 1
                 log.info("%s: %s step → %s%s", self.scenario, trigger, result.outcome,
                          f" ({result.reason})" if result.reason else "")
             return result
+
+    @property
+    def waiting(self) -> bool:
+        """Whether a trigger waits for another process's lease (a check is scheduled)."""
+        retry = self._retry
+        return retry is not None and not retry.cancelled() and retry.when() > asyncio.get_running_loop().time()
+
+    def _check_later(self) -> None:
+        """Poke this worker once ``loop.lease_poll_s`` seconds from now (one pending at most)."""
+        if not self.waiting:
+            self._retry = asyncio.get_running_loop().call_later(self.reef.settings.loop.lease_poll_s, self.poke)
+
+    def lease_released(self) -> None:
+        """Another process released the scenario's lease: a waiting trigger checks now (a
+        worker nothing waits in stays asleep, so releases never wake every process)."""
+        if self.waiting:
+            self._retry.cancel()
+            self.poke()
 
     async def grow_now(self, progress: Any = None) -> StepResult:
         """Run a step on request, or answer ``busy`` while one is running."""
