@@ -1,16 +1,28 @@
-"""Running the app under uvicorn with Reef's settings."""
+"""Running the app under uvicorn with Reef's settings: one process, or ``server.workers``
+worker processes behind one port.
+
+With ``server.workers=N`` (N > 1) this process binds the port and forks N workers that accept
+on the one listening socket (the kernel spreads connections between them). Each worker is a
+full server: its own kernel, runtime (a local model is loaded N times), record writer,
+release follower and learning loop. The growth leases in the record store keep one growth
+step per scenario at a time across them (``reef_core.grow.lease``). The supervisor restarts a
+worker that dies, and stops all of them on SIGINT/SIGTERM.
+"""
 
 from __future__ import annotations
 
 import ipaddress
 import logging
+import os
+import signal
 import socket
+import time
 
 import uvicorn
 
 from ..compose import build_reef
 from ..config import Settings
-from ..errors import ConfigError, ReefError
+from ..errors import ConfigError, ReefError, StartupError
 from ..kernel import Reef
 from ..plugins import Plugins
 from ..served_config import connect_url
@@ -47,29 +59,133 @@ def run_server(settings: Settings, plugins: Plugins) -> None:
     logged only at ``server.log_level=debug``. The app's lifespan then finds the kernel started.
     """
     from ..cli import configure_logging
-    from .app import create_app
-    from .edge import uvicorn_options
 
     configure_logging(settings.server.log_level)
+    if settings.server.workers > 1:
+        _Supervisor(settings, plugins).run()
+        return
     try:
-        reef = build_reef(settings, plugins)
-        problem = reef.runtime.config_problem()
-        if problem:
-            raise ConfigError(problem)
-        host, warning = effective_host(settings)
-        app = create_app(reef)
-        # recorded in <state_dir>/served-config.json at start, where the CLI looks for a running server
-        app.state.listen_url = connect_url(host, settings.server.port)
-        # connection-level bounds (slow clients, connection cap, header size, malformed framing): edge.py
-        config = uvicorn.Config(app, host=host, port=settings.server.port,
-                                log_level=settings.server.log_level, access_log=False, timeout_graceful_shutdown=30,
-                                **uvicorn_options(settings))
-        _KernelFirstServer(config, reef, warning).run()
+        _serve(settings, plugins)
     except KeyboardInterrupt:  # SIGINT while starting, or re-raised after a graceful stop: as uvicorn.run does
         pass
     except ReefError as exc:
         log.debug("start-up failed", exc_info=exc)
         raise
+
+
+def _serve(settings: Settings, plugins: Plugins, sock: socket.socket | None = None) -> None:
+    """Build the kernel and serve it (on ``sock`` when given: a worker of ``_Supervisor``)."""
+    from .app import create_app
+    from .edge import uvicorn_options
+
+    reef = build_reef(settings, plugins)
+    problem = reef.runtime.config_problem()
+    if problem:
+        raise ConfigError(problem)
+    host, warning = effective_host(settings)
+    app = create_app(reef)
+    # recorded in <state_dir>/served-config.json at start, where the CLI looks for a running server
+    app.state.listen_url = connect_url(host, settings.server.port)
+    # connection-level bounds (slow clients, connection cap, header size, malformed framing): edge.py
+    config = uvicorn.Config(app, host=host, port=settings.server.port,
+                            log_level=settings.server.log_level, access_log=False, timeout_graceful_shutdown=30,
+                            **uvicorn_options(settings))
+    _KernelFirstServer(config, reef, warning).run(sockets=[sock] if sock is not None else None)
+
+
+#: a worker that exits this soon after its start, before any worker served, stops the supervisor
+#: (a configuration or start-up error would only repeat)
+_EARLY_EXIT_S = 5.0
+
+
+class _Supervisor:
+    """``server.workers`` forked workers on one listening socket, restarted when they die."""
+
+    def __init__(self, settings: Settings, plugins: Plugins):
+        self.settings = settings
+        self.plugins = plugins
+        self.children: dict[int, float] = {}  # pid → start time
+        self.stopping = False
+
+    def run(self) -> None:
+        host, _ = effective_host(self.settings)
+        sock = _listen(host, self.settings.server.port)
+        log.info("serving on %s with %d worker processes", connect_url(host, self.settings.server.port),
+                 self.settings.server.workers)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._stop)
+        failed = None
+        try:
+            for _ in range(self.settings.server.workers):
+                self._spawn(sock)
+            while self.children:
+                try:
+                    pid, status = os.wait()
+                except ChildProcessError:
+                    break
+                except InterruptedError:
+                    continue
+                started = self.children.pop(pid, None)
+                if started is None or self.stopping:
+                    continue
+                code = os.waitstatus_to_exitcode(status)
+                if code == 2 and time.monotonic() - started < _EARLY_EXIT_S:
+                    failed = f"worker {pid} failed to start (exit code {code}); stopping the other workers"
+                    self._stop()
+                    continue
+                log.warning("worker %d exited (code %s); starting another", pid, code)
+                time.sleep(0.5)
+                if not self.stopping:
+                    self._spawn(sock)
+        finally:
+            sock.close()
+        if failed:
+            raise StartupError(failed)
+
+    def _spawn(self, sock: socket.socket) -> None:
+        pid = os.fork()
+        if pid:
+            self.children[pid] = time.monotonic()
+            return
+        code = 0
+        try:  # the worker: uvicorn installs its own SIGINT/SIGTERM handlers for a graceful stop
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_DFL)
+            _serve(self.settings, self.plugins, sock)
+        except KeyboardInterrupt:
+            pass
+        except ReefError as exc:
+            log.error("worker %d: %s", os.getpid(), exc)
+            code = 2
+        except BaseException:  # noqa: BLE001 - a worker reports whatever ended it, then exits
+            log.exception("worker %d failed", os.getpid())
+            code = 1
+        finally:
+            logging.shutdown()
+            os._exit(code)
+
+    def _stop(self, *_: object) -> None:
+        self.stopping = True
+        for pid in list(self.children):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` that forked workers inherit."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise StartupError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
 
 
 class _KernelFirstServer(uvicorn.Server):
