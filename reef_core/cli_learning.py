@@ -139,24 +139,33 @@ def releases(config_file: str | None, scenario: str | None, as_json: bool, url: 
 @_config_file
 @click.option("-s", "--scenario", help="Scenario (default: server.default_scenario).")
 @server_options
-@click.argument("release_id")
+@click.argument("target", metavar="RELEASE_ID|base")
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
 @_friendly
 def rollback(config_file: str | None, scenario: str | None, url: str | None, token: str | None, force: bool,
-             release_id: str, overrides: tuple[str, ...]) -> None:
-    """Serve RELEASE_ID's content again, published as a new release (history is kept)."""
-    from .store import to_json
-
+             target: str, overrides: tuple[str, ...]) -> None:
+    """Serve RELEASE_ID's content again, or `base` (no harness, no adapter: the model as it is),
+    published as a new release (history is kept). Nothing happens when the head already serves
+    that content."""
     settings, plugins, server = _target(overrides, config_file, url, token)
     scenario = _scenario(scenario, settings, server)
     if server is not None:
         _via(server, settings, scenario)
-        row = server.rollback(scenario, release_id)
-    else:
-        reef = _local(settings, plugins, force=force)
-        row = to_json(_run(reef, lambda: reef.releases.rollback(scenario, release_id)))
-    click.echo(f"published release {row['release_id']} (#{row['sequence']}) of {scenario!r}: "
-               f"rollback to {release_id}, content {row['content_hash'][:12]}")
+        click.echo(server.rollback(scenario, target)["message"])
+        return
+    click.echo(_rollback_here(settings, plugins, scenario, target, force=force).message)
+
+
+def _rollback_here(settings: Any, plugins: Any, scenario: str, target: str, *, force: bool):
+    """Roll back on the state directory without starting the kernel: publishing and recording a
+    release needs the chain only, so the runtime's model is never loaded (a server on the state
+    follows the new head)."""
+    reef = _local(settings, plugins, force=force)
+    try:
+        reef.releases.chain.reconcile([scenario])  # the database may lag the store after a crash
+        return asyncio.run(reef.releases.rollback(scenario, target, serve=False))
+    finally:
+        reef.close_unstarted()
 
 
 @click.command("grow", context_settings={"ignore_unknown_options": True})

@@ -94,11 +94,12 @@ class RemoteReef:
                               status=409)
         return body
 
-    def rollback(self, scenario: str, release_id: str) -> dict[str, Any]:
-        """The release the server published to serve ``release_id``'s content again."""
+    def rollback(self, scenario: str, target: str) -> dict[str, Any]:
+        """Roll back to ``target`` (a release id, or ``base``) on the server: its answer,
+        ``{release, published, message}``."""
         _, body = self._call("POST", f"/reef/scenarios/{self._scenario(scenario)}/rollback",
-                             json={"release_id": release_id})
-        return body["release"]
+                             json={"to": "base"} if target == "base" else {"release_id": target})
+        return body
 
     def releases(self, scenario: str) -> list[dict[str, Any]]:
         """The scenario's release chain, newest first."""

@@ -9,6 +9,7 @@ lag the store after a crash, never lead it.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
@@ -43,6 +44,13 @@ FAULT_ENV = "REEF_FAULT_AFTER_GIT_PUBLISH"
 
 #: materialized release directories kept per scenario (older ones are pruned)
 KEEP_MATERIALIZED = 4
+
+#: the rollback target that is no release: an empty artifact (no harness, no adapter), so the
+#: runtime's model answers as it is, as before the scenario's first release
+BASE = "base"
+
+#: the content hash of an empty artifact: what a scenario without releases serves
+EMPTY_CONTENT = hashlib.sha256().hexdigest()
 
 
 class ChainInconsistent(ReefError):
@@ -111,15 +119,29 @@ class ReleaseChain:
             os.kill(os.getpid(), signal.SIGKILL)
         return stored
 
-    def rollback(self, scenario: str, target_release_id: str, *, expected_head: str | None = None) -> StoredRelease:
-        """Publish the content of an earlier release as a new release (history is kept)."""
-        target = self.get(scenario, target_release_id)
-        head = self.head(scenario)
-        expected = expected_head or (head.release_id if head else None)
+    def rollback(self, scenario: str, target: str, *, expected_head: str | None = None) -> StoredRelease | None:
+        """Publish the content of an earlier release, or of ``BASE`` (an empty artifact: no
+        harness and no adapter, the runtime's model as it is), as a new release on top of the
+        head; history is kept.
+
+        None when the head already has that content (it is the target, a rollback to it, or
+        the scenario has no release and ``target`` is ``BASE``): publishing it again would only
+        add a duplicate link to the chain. ``NotFoundError`` for a target that is no release of
+        ``scenario``.
+        """
+        head = self.get(scenario, expected_head) if expected_head else self.head(scenario)
+        row = None if target == BASE else self.get(scenario, target)
+        wanted = EMPTY_CONTENT if row is None else row.content_hash
+        if (head.content_hash if head is not None else EMPTY_CONTENT) == wanted:
+            return None
         with tempfile.TemporaryDirectory(prefix="reef-rollback-") as tmp:
-            tree = self.artifacts.materialize(scenario, target.git_commit, Path(tmp) / "tree")
-            return self.publish(scenario, tree, expected_head=expected, operation="rollback",
-                                extra={"rollback_to": target.release_id})
+            tree = Path(tmp) / "tree"
+            if row is None:
+                tree.mkdir()
+            else:
+                self.artifacts.materialize(scenario, row.git_commit, tree)
+            return self.publish(scenario, tree, expected_head=head.release_id if head else None,
+                                operation="rollback", extra={"rollback_to": target})
 
     def record(self, stored: StoredRelease) -> Release:
         """Write the database row of a published release (idempotent: the existing row when

@@ -11,7 +11,8 @@ application on requests, and the ways the table changes:
 - the follower: releases published by another process (``reef grow``/``reef rollback`` from
   the CLI, another server on the same database) are noticed within ``FOLLOW_INTERVAL_S`` and
   swapped in;
-- ``rollback``: a past release's content published as the new head.
+- ``rollback``: a past release's content, or the base model's (``BASE``: an empty artifact),
+  published as the new head; nothing when the head already has it.
 
 A server that only serves (``loop.enabled=false``, or a kernel built without the learning
 loop) still serves and follows its releases.
@@ -22,19 +23,47 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..store import RecordStore, Release
 from ..types import ActiveRelease
 from .artifacts import StoredRelease
-from .chain import ReleaseChain
+from .chain import BASE, ReleaseChain
 from .harness import HarnessCache
 
 log = logging.getLogger("reef.releases")
 
 #: seconds between checks of the artifact store for releases published by another process
 FOLLOW_INTERVAL_S = 2.0
+
+
+@dataclass(frozen=True)
+class RollbackResult:
+    """What ``ServingReleases.rollback`` did.
+
+    ``release`` is the scenario's head afterwards (None: it has no release and serves the base
+    model), ``published`` whether the rollback added it (False: the head already had the
+    target's content, so nothing changed), ``message`` says which for a person.
+    """
+
+    release: Release | None
+    published: bool
+    message: str
+
+
+def _unchanged(scenario: str, target: str, head: Release | None) -> str:
+    """Why a rollback to ``target`` published nothing: ``head`` already serves that content."""
+    if head is None:
+        return f"scenario {scenario!r} has no release, so it serves the base model already; nothing was published"
+    if target == BASE:
+        return (f"release {head.release_id}, the head of {scenario!r}, already serves the base model "
+                f"(no harness, no adapter); nothing was published")
+    if target == head.release_id:
+        return f"release {target} is already the head of {scenario!r} and serves; nothing was published"
+    return (f"release {head.release_id}, the head of {scenario!r}, already serves the content of release "
+            f"{target}; nothing was published")
 
 
 class ServingReleases:
@@ -101,10 +130,23 @@ class ServingReleases:
             self._on_published(row)
         return row
 
-    async def rollback(self, scenario: str, release_id: str) -> Release:
-        """Publish ``release_id``'s content as ``scenario``'s new head and serve it."""
-        stored = await asyncio.to_thread(self.chain.rollback, scenario, release_id)
-        return await self.activate(stored)
+    async def rollback(self, scenario: str, target: str, *, serve: bool = True) -> RollbackResult:
+        """Publish ``target``'s content (a release id, or ``BASE``: no harness and no adapter) as
+        ``scenario``'s new head and serve it; nothing when the head already has that content.
+
+        ``serve=False`` (a one-shot CLI kernel, whose runtime never starts) publishes and records
+        only: a server on the same state follows the new head within ``FOLLOW_INTERVAL_S``.
+        """
+        stored = await asyncio.to_thread(self.chain.rollback, scenario, target)
+        if stored is None:
+            head = await asyncio.to_thread(self.chain.head, scenario)
+            if serve and head is not None and await self._swap(head):  # a head the follower had not reached yet
+                self._on_published(head)
+            return RollbackResult(head, False, _unchanged(scenario, target, head))
+        row = await self.activate(stored) if serve else await asyncio.to_thread(self.chain.record, stored)
+        what = "base (no harness, no adapter)" if target == BASE else target
+        return RollbackResult(row, True, f"published release {row.release_id} (#{row.sequence}) of {scenario!r}: "
+                                         f"rollback to {what}, content {row.content_hash[:12]}")
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -9,13 +9,14 @@ routes only translate HTTP to it.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..commit.chain import BASE
 from ..commit.harness import harness_bundle
 from ..config import LearningMode
 from ..errors import NotFoundError
@@ -39,10 +40,22 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 class RollbackIn(BaseModel):
-    """Which earlier release to serve again (published as a new release)."""
+    """What to serve again, published as a new release: an earlier release (``release_id``), or
+    the base model with no harness and no adapter (``to: "base"``); exactly one of them."""
 
     model_config = ConfigDict(extra="forbid")
-    release_id: str = Field(..., min_length=1, max_length=100)
+    release_id: str | None = Field(None, min_length=1, max_length=100)
+    to: Literal["base"] | None = Field(None, description='"base": no harness and no adapter')
+
+    @model_validator(mode="after")
+    def _one_target(self) -> RollbackIn:
+        if (self.release_id is None) == (self.to is None):
+            raise ValueError('give either release_id (an earlier release) or to: "base" (no harness, no adapter)')
+        return self
+
+    @property
+    def target(self) -> str:
+        return self.release_id if self.release_id is not None else BASE
 
 
 class ModeIn(BaseModel):
@@ -149,10 +162,15 @@ async def get_candidate(scenario: str, candidate_id: str, request: Request,
 @router.post("/reef/scenarios/{scenario}/rollback", responses=_ERRORS)
 async def rollback(scenario: str, body: RollbackIn, request: Request,
                    principal: Principal = Depends(require_role("admin"))) -> dict[str, Any]:
-    """Publish an earlier release's content as a new release and serve it (history is kept)."""
+    """Publish an earlier release's content (``release_id``), or the base model's (``to: "base"``:
+    an empty harness, no adapter), as a new release and serve it (history is kept).
+
+    ``published`` is false, and nothing changes, when the head already has that content;
+    ``message`` says what happened and ``release`` is the head afterwards (null: no release yet)."""
     _scenario(scenario, principal)
-    row = await request.app.state.reef.releases.rollback(scenario, body.release_id)
-    return {"release": to_json(row)}
+    result = await request.app.state.reef.releases.rollback(scenario, body.target)
+    return {"release": to_json(result.release) if result.release is not None else None,
+            "published": result.published, "message": result.message}
 
 
 @router.post("/reef/scenarios/{scenario}/grow", responses=_ERRORS)
