@@ -13,6 +13,15 @@ message instead of silently putting large binaries into git history.
 
 Git runs hermetically (no system or global config), so a user's ``core.excludesFile`` or
 hooks cannot change what a release contains.
+
+A shared chain: with ``remote`` set (a ``file://``, ``http(s)://``, ``ssh://`` or ``git://``
+URL), the local repository is a cache of that remote. Every read that can see another
+server's releases (``heads``, ``scenarios``, ``head``) fetches the scenario refs first; a
+publish pushes the new commit with ``--force-with-lease=<ref>:<expected>`` (the remote
+moves the ref only if it still points at ``expected``), after pushing the commit's LFS
+objects to the remote's LFS endpoint (``lfs_url`` when the git server has none). A lost race
+is ``PublishConflict``; a remote that cannot be reached fails the publish with a clear error,
+while reads keep serving from the cache and log a warning.
 """
 
 from __future__ import annotations
@@ -24,9 +33,10 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import git
 
@@ -68,24 +78,34 @@ class GitArtifactStore(ArtifactStore):
     """Release chains in a bare git repository, refs moved by compare-and-swap."""
 
     def __init__(self, path: str | None = None, lfs_patterns: list[str] | tuple[str, ...] = ("*.safetensors", "*.bin"),
-                 state_dir: Path | None = None):
+                 state_dir: Path | None = None, remote: str | None = None, lfs_url: str | None = None,
+                 timeout_s: float = 120.0):
         if path is None and state_dir is None:
             raise ValueError("artifact_store.path is required when no state directory is known")
+        if lfs_url and not remote:
+            raise ValueError("artifact_store.lfs_url needs artifact_store.remote (the LFS endpoint of that remote)")
         self.path = Path(path).expanduser().resolve() if path else Path(state_dir) / "artifacts.git"
         self.lfs_patterns = tuple(lfs_patterns)
         self.lfs_available = shutil.which("git-lfs") is not None
+        #: URL of the shared repository this one caches (None: this repository is the chain)
+        self.remote = _remote_url(remote) if remote else None
+        self.lfs_url = _remote_url(lfs_url) if lfs_url else None
+        self.timeout_s = float(timeout_s)
         self._init_lock = threading.Lock()
+        self._fetch_lock = threading.Lock()
+        self._remote_down_since: float | None = None
         self._ready = False
         self._manifests: dict[str, dict[str, Any]] = {}
 
     # ------------------------------------------------------------------ plumbing
 
-    def _git(self, *args: str, env: dict[str, str] | None = None, check: bool = True) -> tuple[int, str, str]:
+    def _git(self, *args: str, env: dict[str, str] | None = None, check: bool = True,
+             timeout: float | None = None) -> tuple[int, str, str]:
         self._ensure_repo()
         full = dict(_ENV, **(env or {}))
         status, out, err = git.Git().execute(
             ["git", f"--git-dir={self.path}", *args], env=full,
-            with_extended_output=True, with_exceptions=False,
+            with_extended_output=True, with_exceptions=False, kill_after_timeout=timeout,
         )
         if check and status != 0:
             raise ArtifactError(f"git {args[0]} failed in {self.path}: {err.strip() or out.strip()}")
@@ -106,11 +126,20 @@ class GitArtifactStore(ArtifactStore):
                                ('filter "lfs"', "smudge"): "git-lfs smudge -- %f",
                                ('filter "lfs"', "process"): "git-lfs filter-process",
                                ('filter "lfs"', "required"): "true"})
+            if self.remote:
+                wanted[('remote "origin"', "url")] = self.remote
+                # a lease names the expected old value itself: no remote-tracking refs are needed
+                wanted[('remote "origin"', "fetch")] = f"+{REF_PREFIX}*:{REF_PREFIX}*"
+                if self.lfs_url:
+                    wanted[("lfs", "url")] = self.lfs_url
+                if (self.lfs_url or self.remote).startswith("file://"):
+                    # git-lfs >= 3 picks this agent for file:// by itself; 2.x needs it named
+                    wanted[("lfs", "standalonetransferagent")] = "lfs-standalone-file"
             repo = git.Repo(self.path)
             try:
                 reader = repo.config_reader("repository")
                 # gitpython reads "0"/"true" back as 0/True, hence the comparison as lowercase text
-                missing = {k: v for k, v in wanted.items() if str(reader.get_value(*k, default="")).lower() != v}
+                missing = {k: v for k, v in wanted.items() if _config_text(reader.get_value(*k, default="")) != v}
                 if missing:  # written once, so processes starting together rarely race on config.lock
                     with repo.config_writer() as cw:
                         for (section, option), value in missing.items():
@@ -126,6 +155,28 @@ class GitArtifactStore(ArtifactStore):
                             "matching %s will fail (install git-lfs to store adapters)",
                             ", ".join(self.lfs_patterns))
             self._ready = True
+
+    def sync(self) -> bool:
+        """Fetch the scenario refs from ``remote`` into this cache (pruning deleted ones); True
+        when the cache is current. Without a remote there is nothing to fetch (True).
+
+        A remote that cannot be reached leaves the cache as it is: reads serve what is known
+        (a warning when the outage starts, another when it ends), publishing fails."""
+        if not self.remote:
+            return True
+        with self._fetch_lock:
+            status, out, err = self._git("fetch", "--prune", "--no-tags", "--quiet", "origin",
+                                         check=False, timeout=self.timeout_s)
+            if status == 0:
+                if self._remote_down_since is not None:
+                    log.warning("artifact store remote %s is reachable again", _redact(self.remote))
+                    self._remote_down_since = None
+                return True
+            if self._remote_down_since is None:
+                self._remote_down_since = time.monotonic()
+                log.warning("cannot fetch releases from the artifact store remote %s (serving the local "
+                            "cache until it answers): %s", _redact(self.remote), (err or out).strip())
+            return False
 
     def read_manifest(self, commit: str) -> dict[str, Any]:
         """The manifest of release commit ``commit``."""
@@ -167,6 +218,7 @@ class GitArtifactStore(ArtifactStore):
 
     def head(self, scenario: str) -> StoredRelease | None:
         """The scenario's newest release, or None before its first."""
+        self.sync()
         commit = self._resolve(scenario)
         return StoredRelease(commit, self._manifest(commit)) if commit else None
 
@@ -182,11 +234,14 @@ class GitArtifactStore(ArtifactStore):
 
     def scenarios(self) -> list[str]:
         """Scenarios that have a release chain."""
+        self.sync()
         _, out, _ = self._git("for-each-ref", "--format=%(refname)", REF_PREFIX)
         return sorted(unquote(line[len(REF_PREFIX):]) for line in out.splitlines() if line.strip())
 
     def heads(self) -> dict[str, str]:
-        """{scenario: head commit} of every chain, in one git call (polled to follow other writers)."""
+        """{scenario: head commit} of every chain, in one git call (polled to follow other writers;
+        with a remote, one fetch first)."""
+        self.sync()
         _, out, _ = self._git("for-each-ref", "--format=%(objectname) %(refname)", REF_PREFIX)
         heads = {}
         for line in out.splitlines():
@@ -217,6 +272,11 @@ class GitArtifactStore(ArtifactStore):
         message = f"{manifest.get('operation', 'train')} {manifest['release_id']} ({scenario})"
         _, commit, _ = self._git("commit-tree", tree.strip(), *parents, "-m", message)
         commit = commit.strip()
+        if self.remote:
+            self._push(scenario, commit, expected_head)
+            self._git("update-ref", "-m", message, scenario_ref(scenario), commit)
+            self._manifests[commit] = dict(manifest)
+            return StoredRelease(commit, dict(manifest))
         status, _, _ = self._git("update-ref", "-m", message, scenario_ref(scenario), commit,
                                    expected_head or ZERO, check=False)
         if status != 0:
@@ -227,6 +287,35 @@ class GitArtifactStore(ArtifactStore):
             )
         self._manifests[commit] = dict(manifest)
         return StoredRelease(commit, dict(manifest))
+
+    def _push(self, scenario: str, commit: str, expected_head: str | None) -> None:
+        """Move the remote's scenario ref from ``expected_head`` to ``commit`` (compare-and-swap
+        by lease), after its LFS objects reached the remote's LFS endpoint. LFS objects are
+        content-addressed, so a push that then loses the race leaves only unreferenced objects."""
+        ref = scenario_ref(scenario)
+        if self.lfs_available:
+            _, listed, _ = self._git("lfs", "ls-files", "--long", commit)
+            oids = [line.split()[0] for line in listed.splitlines() if line.strip()]
+            if oids:
+                status, out, err = self._git("lfs", "push", "--object-id", "origin", *oids, check=False,
+                                             timeout=self.timeout_s)
+                if status != 0:
+                    raise ArtifactError(f"pushing LFS objects to {_redact(self.lfs_url or self.remote)} failed; "
+                                        f"nothing was published: {(err or out).strip()}")
+        # --no-verify: the LFS objects went above, no hook of this repository runs
+        status, out, err = self._git("push", "--porcelain", "--no-verify", f"--force-with-lease={ref}:{expected_head or ''}",
+                                     "origin", f"{commit}:{ref}", check=False, timeout=self.timeout_s)
+        if status == 0:
+            return
+        # rejected or failed: a conflict exactly when the remote's ref is no longer the expected head
+        fetched = self.sync()
+        actual = self._resolve(scenario)
+        if fetched and actual != expected_head:
+            raise PublishConflict(
+                f"scenario {scenario!r} moved on {_redact(self.remote)} while this candidate was evaluated: "
+                f"expected head {expected_head or 'none'}, found {actual or 'none'}; nothing was published")
+        raise ArtifactError(f"pushing release {commit[:12]} of {scenario!r} to {_redact(self.remote)} failed; "
+                            f"nothing was published: {(err or out).strip()}")
 
     def materialize(self, scenario: str, commit: str, dest: Path) -> Path:
         """Write the tree of release ``commit`` into the new directory ``dest`` and check that
@@ -259,6 +348,28 @@ class GitArtifactStore(ArtifactStore):
             if any(fnmatch.fnmatch(name, p) or fnmatch.fnmatch(rel, p) for p in self.lfs_patterns):
                 raise ArtifactError(f"artifact file {rel!r} must be stored with Git LFS, but git-lfs is not "
                                     "installed; install it (e.g. apt-get install git-lfs) and retry")
+
+
+def _remote_url(value: str) -> str:
+    """``value`` as a URL git understands; a plain local path becomes a ``file://`` URL (the
+    transport git-lfs's standalone file agent needs)."""
+    value = str(value).strip()
+    if "://" in value or (":" in value and not value.startswith(("/", ".", "~"))):  # scp-like user@host:path
+        return value
+    return Path(value).expanduser().resolve().as_uri()
+
+
+def _redact(url: str | None) -> str:
+    """``url`` without a password, for messages and logs."""
+    parts = urlsplit(url or "")
+    if not parts.password:
+        return url or ""
+    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)))
+
+
+def _config_text(value: Any) -> str:
+    """A value gitpython read back (it turns "true" and "0" into True and 0) as git writes it."""
+    return str(value).lower() if isinstance(value, (bool, int)) else str(value)
 
 
 @hookimpl
