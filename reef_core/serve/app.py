@@ -58,6 +58,7 @@ def create_app(reef: Reef) -> FastAPI:
     app.add_middleware(InferenceFastPath)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=reef.settings.server.max_body_bytes)
 
+    from ..ui import install_ui
     from .routes_inference import router as inference_router
     from .routes_learning import router as learning_router
     from .routes_ops import router as ops_router
@@ -67,4 +68,5 @@ def create_app(reef: Reef) -> FastAPI:
     app.include_router(inference_router)
     app.include_router(reef_router)
     app.include_router(learning_router)
+    install_ui(app)  # the dashboard at /ui: server-rendered pages over these routes
     return app

@@ -1,0 +1,170 @@
+"""A scenario's learning curve, computed from the store and drawn as a server-side SVG.
+
+What is plotted:
+
+- **feedback per release**: the mean score of the reports quoting records each release served
+  (a report counts for the release that served the first record it quotes; records served
+  before any release count under "no release"), drawn as a segment over the time the release's
+  reports span, with a point at its mean;
+- **feedback per window**: the mean report score per time window (a day, or an hour or a
+  minute when the reports span less than a few days or hours);
+- **evaluation**: the candidate's and the serving release's mean evaluation score of the
+  candidate that each trained release came from, at the time it was published;
+- **releases and rollbacks**: vertical marks on the time axis.
+
+Every point carries its numbers in ``data-*`` attributes, and the page lists them in a table
+under the chart too.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from ..store.recordstore import RecordStore
+
+NO_RELEASE = "no release"
+
+WIDTH, HEIGHT = 860, 320
+LEFT, RIGHT, TOP, BOTTOM = 56, 20, 24, 44
+
+
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+@dataclass
+class ReleasePoint:
+    release: str
+    label: str
+    mean: float
+    n: int
+    first: datetime
+    last: datetime
+
+
+@dataclass
+class WindowPoint:
+    start: datetime
+    mean: float
+    n: int
+
+
+@dataclass
+class Mark:
+    release: str
+    label: str
+    operation: str
+    at: datetime
+    candidate_mean: float | None = None
+    current_mean: float | None = None
+
+
+@dataclass
+class Curve:
+    per_release: list[ReleasePoint] = field(default_factory=list)
+    windows: list[WindowPoint] = field(default_factory=list)
+    window: str = "day"
+    marks: list[Mark] = field(default_factory=list)
+    reports: int = 0
+
+    @property
+    def empty(self) -> bool:
+        return not (self.per_release or self.marks)
+
+
+#: window sizes, largest first: the largest that still cuts the reports' span into 3 or more
+_WINDOWS = (("day", timedelta(days=1)), ("hour", timedelta(hours=1)), ("minute", timedelta(minutes=1)),
+            ("10 seconds", timedelta(seconds=10)))
+
+
+def _window(span: timedelta) -> tuple[str, timedelta]:
+    for name, size in _WINDOWS:
+        if span >= 3 * size:
+            return name, size
+    return _WINDOWS[-1]
+
+
+def _floor(at: datetime, size: timedelta) -> datetime:
+    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    return epoch + ((at - epoch) // size) * size
+
+
+def learning_curve(store: RecordStore, scenario: str, releases: list[Any]) -> Curve:
+    """The curve of ``scenario`` (blocking: reads the store); ``releases`` as the release chain
+    lists them (any order)."""
+    scored = [r for r in store.list_reports(scenario) if r.score is not None and r.references]
+    first_refs = {r.id: r.references[0] for r in scored}
+    records = store.get_records(set(first_refs.values()))
+    labels = {r.release_id: f"#{r.sequence}" for r in releases}
+    by_release: dict[str, list[tuple[datetime, float]]] = defaultdict(list)
+    for r in scored:
+        record = records.get(first_refs[r.id])
+        if record is None:
+            continue
+        by_release[record.release_id or NO_RELEASE].append((_utc(r.created_at), float(r.score)))
+    curve = Curve(reports=sum(len(v) for v in by_release.values()))
+    for release, items in by_release.items():
+        times = [t for t, _ in items]
+        curve.per_release.append(ReleasePoint(
+            release=release, label=labels.get(release, release if release == NO_RELEASE else release[:12]),
+            mean=sum(s for _, s in items) / len(items), n=len(items), first=min(times), last=max(times)))
+    curve.per_release.sort(key=lambda p: p.first)
+    everything = sorted(item for items in by_release.values() for item in items)
+    if everything:
+        curve.window, size = _window(everything[-1][0] - everything[0][0])
+        buckets: dict[datetime, list[float]] = defaultdict(list)
+        for at, score in everything:
+            buckets[_floor(at, size)].append(score)
+        curve.windows = [WindowPoint(start=k, mean=sum(v) / len(v), n=len(v)) for k, v in sorted(buckets.items())]
+    for r in sorted(releases, key=lambda r: r.sequence):
+        ev = r.evaluation or {}
+        curve.marks.append(Mark(release=r.release_id, label=f"#{r.sequence}", operation=r.operation,
+                                at=_utc(r.created_at), candidate_mean=_float(ev.get("candidate_mean")),
+                                current_mean=_float(ev.get("current_mean"))))
+    return curve
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+# ---------------------------------------------------------------------------- SVG
+
+
+def svg(curve: Curve) -> dict[str, Any]:
+    """Everything the chart template draws, in pixel coordinates."""
+    times = [p.first for p in curve.per_release] + [p.last for p in curve.per_release] + [m.at for m in curve.marks]
+    t0, t1 = min(times), max(times)
+    if t1 <= t0:
+        t0, t1 = t0 - timedelta(minutes=1), t1 + timedelta(minutes=1)
+    values = [p.mean for p in curve.per_release] + [w.mean for w in curve.windows]
+    values += [v for m in curve.marks for v in (m.candidate_mean, m.current_mean) if v is not None]
+    lo, hi = min([0.0, *values]), max([1.0, *values])
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    span = (t1 - t0).total_seconds()
+    stamp = "%m-%d %H:%M" if span >= 3 * 3600 else "%H:%M:%S"
+
+    def x(at: datetime) -> float:
+        return round(LEFT + plot_w * (at - t0).total_seconds() / span, 2)
+
+    def y(value: float) -> float:
+        return round(TOP + plot_h * (1 - (value - lo) / (hi - lo)), 2)
+
+    ticks = [lo + (hi - lo) * i / 4 for i in range(5)]
+    return {
+        "width": WIDTH, "height": HEIGHT, "left": LEFT, "right": WIDTH - RIGHT, "top": TOP,
+        "bottom": HEIGHT - BOTTOM,
+        "yticks": [{"y": y(v), "label": f"{v:.2f}"} for v in ticks],
+        "xticks": [{"x": x(t0 + (t1 - t0) * i / 4), "label": (t0 + (t1 - t0) * i / 4).strftime(stamp),
+                    "anchor": "start" if i == 0 else "end" if i == 4 else "middle"} for i in range(5)],
+        "releases": [{"x1": x(p.first), "x2": max(x(p.last), x(p.first) + 4), "cx": x(p.first + (p.last - p.first) / 2),
+                      "y": y(p.mean), "point": p} for p in curve.per_release],
+        # a window starts at or before its first report: drawn from where the axis starts
+        "windows": [{"x": x(max(w.start, t0)), "y": y(w.mean), "point": w} for w in curve.windows],
+        "marks": [{"x": x(m.at), "mark": m,
+                   "cand_y": y(m.candidate_mean) if m.candidate_mean is not None else None,
+                   "cur_y": y(m.current_mean) if m.current_mean is not None else None} for m in curve.marks],
+    }
