@@ -238,3 +238,31 @@ def test_reef_mode_and_status_against_a_running_server(tmp_path):
             assert paused.exit_code == 0
             refused = _cli(tmp_path, "grow", url=server.url)
             assert refused.exit_code == 1 and "learning mode 'paused'" in refused.output
+
+
+def test_the_mode_store_keeps_since_and_sets_the_watermark_on_leaving_record_only(store_url):
+    from reef_core.observe import load_pool
+    from reef_core.store import RecordStore
+
+    store = RecordStore(store_url)
+    try:
+        assert store.scenario_mode("s") is None and not store.pool_start("s").closed
+        _, before = _seed(store, "Be brief", scenario="s")
+        first = store.set_scenario_mode("s", "record_only", set_by="api", in_effect="auto")
+        again = store.set_scenario_mode("s", "record_only", set_by="ui", in_effect="auto")
+        assert again.since == first.since and again.set_by == "ui"  # same mode: only who set it changes
+        assert store.pool_start("s").closed and load_pool(store, "s") == []
+        _, during = _seed(store, "Cite sources", scenario="s")
+        left = store.set_scenario_mode("s", "paused", set_by="api", in_effect="auto")
+        assert left.since > first.since and left.pool_after_report_seq is not None
+        assert load_pool(store, "s") == []  # before and during record_only: never experience
+        _, after = _seed(store, "Answer in French", scenario="s")
+        assert [e.report_id for e in load_pool(store, "s")] == [after]
+        # a later change keeps the watermark; other scenarios are untouched
+        store.set_scenario_mode("s", "auto", set_by="api", in_effect="auto")
+        assert [e.report_id for e in load_pool(store, "s")] == [after]
+        _, elsewhere = _seed(store, "Be brief", scenario="t")
+        assert [e.report_id for e in load_pool(store, "t")] == [elsewhere]
+        assert set(store.scenario_modes()) == {"s"}
+    finally:
+        store.close()
