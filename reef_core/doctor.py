@@ -140,11 +140,20 @@ def _database(url: str) -> Check:
     head = scripts.get_current_head()
     if current == head:
         return Check("database", "ok", f"{shown} at schema revision {current}")
-    if current is not None and scripts.get_revision(current) is None:
+    if current is not None and not _known_revision(scripts, current):
         return Check("database", "fail", f"{shown} is at schema revision {current}, which this Reef does not know",
                      "a newer Reef migrated it: upgrade Reef, or point record_store.url at another database")
     return Check("database", "warn", f"{shown} is at schema revision {current or 'none'}, not {head}",
                  "reef serve migrates it at start; back the database up first if it holds data")
+
+
+def _known_revision(scripts: Any, revision: str) -> bool:
+    from alembic.util import CommandError
+
+    try:
+        return scripts.get_revision(revision) is not None
+    except CommandError:  # alembic raises for a revision none of its scripts names
+        return False
 
 
 def _runtime(name: str, options: dict[str, Any]) -> Iterator[Check]:
