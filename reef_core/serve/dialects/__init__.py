@@ -45,22 +45,27 @@ def translate_request(body: dict[str, Any], source: str, target: str, *,
 
 def translate_response(body: dict[str, Any], source: str, target: str, *,
                        request: dict[str, Any] | None = None, response_id: str = "") -> dict[str, Any]:
-    """A ``source`` (runtime) response body as the ``target`` (client) dialect's; a Responses
-    client's answer also echoes its ``request`` and carries ``response_id``."""
+    """A ``source`` (runtime) response body as the ``target`` (client) dialect's, its ``id``
+    being ``response_id`` (the receipt) when given; a Responses client's answer also echoes
+    its ``request``."""
     if target == "responses":
         chat = _responses.translate_response(body, source, "openai")
         return chat_to_responses(chat, request or {}, response_id)
-    return _responses.translate_response(body, source, target)
+    out = _responses.translate_response(body, source, target)
+    return {**out, "id": response_id} if response_id and isinstance(out, dict) else out
 
 
 def stream_translator(source: str, target: str, *, request: dict[str, Any] | None = None,
                       response_id: str = "") -> Any:
-    """A translator from ``source`` (runtime) to ``target`` (client) stream events."""
+    """A translator from ``source`` (runtime) to ``target`` (client) stream events; with a
+    ``response_id`` (the receipt) every chunk's ``id`` (Chat Completions) or the message's
+    (Anthropic ``message_start``) is that."""
     if target == "responses":
         to_responses = ChatToResponsesStream(request or {}, response_id)
         return to_responses if source == "openai" else Chained(_streams.stream_translator(source, "openai"),
                                                                 to_responses)
-    return _streams.stream_translator(source, target)
+    translator = _streams.stream_translator(source, target)
+    return _streams.WithId(translator, target, response_id) if response_id else translator
 
 
 def stream_assembler(dialect: str) -> Any:

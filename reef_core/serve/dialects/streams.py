@@ -164,6 +164,30 @@ class OpenAIToAnthropic:
         return out
 
 
+class WithId:
+    """Another translator's events with the response's ``id`` set to ``response_id``: on every
+    Chat Completions chunk, or on the message of Anthropic's ``message_start``. Reef puts the
+    receipt there, so every client library that exposes the response id exposes the receipt."""
+
+    def __init__(self, inner: Any, dialect: str, response_id: str):
+        self.inner = inner
+        self.dialect = dialect
+        self.response_id = response_id
+
+    def _set(self, events: list[Event]) -> list[Event]:
+        rid = self.response_id
+        if self.dialect == "openai":
+            return [{**ev, "id": rid} if "id" in ev or "choices" in ev else ev for ev in events]
+        return [{**ev, "message": {**(ev.get("message") or {}), "id": rid}}
+                if ev.get("type") == "message_start" else ev for ev in events]
+
+    def feed(self, event: Event) -> list[Event]:
+        return self._set(self.inner.feed(event))
+
+    def finish(self) -> list[Event]:
+        return self._set(self.inner.finish())
+
+
 class StreamError(Exception):
     """The upstream reported an error inside an already started stream."""
 
