@@ -103,6 +103,10 @@ async def progress(scenario: str, request: Request, watching: bool = False) -> R
 async def rollback(scenario: str, request: Request, release_id: str = Form(..., min_length=1, max_length=100),
                    csrf: str = Form("", max_length=200)) -> Response:
     """Serve an earlier release again (published as a new release, the API's rollback)."""
-    principal = admin_session(request, csrf).principal
-    await routes_learning.rollback(scenario, RollbackIn(release_id=release_id), request, principal=principal)
+    session = admin_session(request, csrf)
+    done = await routes_learning.rollback(scenario, RollbackIn(release_id=release_id), request,
+                                          principal=session.principal)
+    release = done.get("release")
+    session.flash = done.get("message") or (
+        f"Rolled back: release #{release['sequence']} serves the content of {release_id}" if release else None)
     return _back(request, scenario)

@@ -143,8 +143,11 @@ def admin_session(request: Request, csrf: str | None) -> UiSession:
 def render(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
     session: UiSession | None = getattr(request.state, "ui_session", None)
     principal = session.principal if session else None
+    flash, partial = None, template.startswith("_")
+    if session is not None and not partial:
+        flash, session.flash = session.flash, None
     html = env.get_template(template).render(
-        request=request, session=session, principal=principal,
+        request=request, session=session, principal=principal, flash=flash,
         is_admin=bool(principal and principal.has_role("admin")),
         auth_on=sessions.auth_enabled(request), csrf=session.csrf if session else "", **context)
     response = HTMLResponse(html, status_code=status, headers={

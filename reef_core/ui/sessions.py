@@ -42,6 +42,8 @@ class UiSession:
     principal: Principal
     csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     last_used: float = field(default_factory=time.monotonic)
+    #: what the last action did, shown once by the next page
+    flash: str | None = None
 
     def csrf_ok(self, presented: str | None) -> bool:
         return bool(presented) and hmac.compare_digest(presented.encode(), self.csrf.encode())
