@@ -32,10 +32,10 @@ if [ "$want_browser" = 1 ] && ! command -v chromium >/dev/null; then
   need+=(chromium)
 fi
 if [ ${#need[@]} -gt 0 ]; then
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   echo "setup: installing Debian packages: ${need[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+  # waits (bounded, REEF_APT_LOCK_WAIT) while another process holds the package manager's lock
+  scripts/apt-get.sh update -qq
+  scripts/apt-get.sh install -y -qq "${need[@]}" >/dev/null
 fi
 
 # ---------------------------------------------------------------- Python environment

@@ -1,0 +1,122 @@
+"""The setup and test scripts: apt-get waits (bounded) for a held package-manager lock, and
+scripts/test stops the PostgreSQL it started (on a free port) while keeping a given
+REEF_TEST_POSTGRES_URL as it is."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ROOT / "scripts"
+
+LOCKED = "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 4242 (apt-get)"
+
+
+def _stub(path: Path, body: str) -> Path:
+    path.write_text("#!/usr/bin/env bash\n" + body)
+    path.chmod(0o755)
+    return path
+
+
+def _apt(tmp_path: Path, locked_calls: int, *, fail_with: str = LOCKED, wait: str = "30"):
+    """Run scripts/apt-get.sh with an apt-get that fails ``locked_calls`` times, then succeeds."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    _stub(bin_dir / "apt-get", f"""echo "$*" >> {calls}
+n=$(wc -l < {calls})
+if [ "$n" -le {locked_calls} ]; then echo "{fail_with}" >&2; exit 100; fi
+echo installed
+""")
+    _stub(bin_dir / "sudo", 'exec "$@"\n')
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "REEF_APT_LOCK_WAIT": wait}
+    result = subprocess.run([str(SCRIPTS / "apt-get.sh"), "install", "-y", "git-lfs"], env=env,
+                            capture_output=True, text=True, timeout=120)
+    return result, calls.read_text().splitlines() if calls.exists() else []
+
+
+def test_apt_get_waits_for_a_held_lock_then_goes_on(tmp_path):
+    result, calls = _apt(tmp_path, locked_calls=2)
+    assert result.returncode == 0, result.stderr
+    assert "installed" in result.stdout and len(calls) == 3
+    assert "another process holds the package manager's lock; waiting" in result.stderr
+    assert result.stderr.count("waiting for it") == 1  # said once, not per try
+    assert LOCKED in result.stderr  # apt's own line says which process holds it
+    assert all(c.startswith("-o DPkg::Lock::Timeout=") and c.endswith("install -y git-lfs") for c in calls)
+
+
+def test_apt_get_gives_up_after_its_bound(tmp_path):
+    result, calls = _apt(tmp_path, locked_calls=1000, wait="1")
+    assert result.returncode == 100
+    assert "still holds the package manager's lock after 1s" in result.stderr and len(calls) >= 2
+
+
+def test_apt_get_fails_at_once_for_other_errors(tmp_path):
+    result, calls = _apt(tmp_path, locked_calls=5, fail_with="E: Unable to locate package git-lfs")
+    assert result.returncode == 100 and len(calls) == 1
+    assert "waiting" not in result.stderr and "Unable to locate package" in result.stderr
+
+
+def _fake_checkout(tmp_path: Path) -> Path:
+    """scripts/test in a tree whose setup, PostgreSQL helper and interpreter only say how they
+    were called."""
+    tree = tmp_path / "tree"
+    (tree / "scripts").mkdir(parents=True)
+    shutil.copy2(SCRIPTS / "test", tree / "scripts" / "test")
+    _stub(tree / "scripts" / "setup.sh", "exit 0\n")
+    _stub(tree / "scripts" / "postgres.sh",
+          'echo "postgres.sh $1" >> "$LOG"; shift; REEF_TEST_POSTGRES_URL=postgresql://own exec "$@"\n')
+    (tree / ".venv" / "bin").mkdir(parents=True)
+    _stub(tree / ".venv" / "bin" / "python", 'echo "python $* url=$REEF_TEST_POSTGRES_URL" >> "$LOG"\n')
+    return tree
+
+
+def test_scripts_test_keeps_a_given_postgres_url(tmp_path):
+    tree, log = _fake_checkout(tmp_path), tmp_path / "log"
+    env = {**os.environ, "LOG": str(log), "REEF_TEST_POSTGRES_URL": "postgresql://given"}
+    result = subprocess.run([str(tree / "scripts" / "test"), "--fast", "tests/x.py"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert log.read_text().splitlines() == ["python -m pytest -m not slow tests/x.py url=postgresql://given"]
+
+
+def test_scripts_test_runs_its_own_postgres_without_one(tmp_path):
+    tree, log = _fake_checkout(tmp_path), tmp_path / "log"
+    env = {k: v for k, v in os.environ.items() if k != "REEF_TEST_POSTGRES_URL"}
+    env["LOG"] = str(log)
+    result = subprocess.run([str(tree / "scripts" / "test"), "tests/x.py"], env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert log.read_text().splitlines() == ["postgres.sh --run", "python -m pytest tests/x.py url=postgresql://own"]
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.skipif(not glob.glob("/usr/lib/postgresql/*/bin/initdb"), reason="PostgreSQL is not installed")
+def test_postgres_run_stops_and_removes_the_server_it_started(tmp_path):
+    out = tmp_path / "seen"
+    code = ('import os, sys, psycopg\n'
+            'url = os.environ["REEF_TEST_POSTGRES_URL"]\n'
+            'with psycopg.connect(url.replace("postgresql+psycopg", "postgresql")) as c:\n'
+            '    assert c.execute("select 1").fetchone() == (1,)\n'
+            f'open({str(out)!r}, "w").write(url + "\\n" + os.environ["REEF_TEST_PG_DIR"])\n'
+            'sys.exit(3)\n')
+    python = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").is_dir() else "python3"
+    result = subprocess.run([str(SCRIPTS / "postgres.sh"), "--run", python, "-c", code], capture_output=True,
+                            text=True, timeout=180)
+    assert result.returncode == 3, result.stderr  # the command's status
+    url, data_dir = out.read_text().splitlines()
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    assert not _accepts(port)  # stopped
+    assert not Path(data_dir).exists()  # and removed
