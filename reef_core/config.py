@@ -12,7 +12,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -112,7 +112,7 @@ class RecordStoreSettings(_Strict):
 
 #: what a scenario's learning loop does with its experience (``docs/modes.md``)
 LearningMode = Literal["auto", "manual", "paused", "record_only"]
-LEARNING_MODES: tuple[str, ...] = LearningMode.__args__
+LEARNING_MODES: tuple[str, ...] = get_args(LearningMode)
 
 
 class ScenarioSettings(_Strict):
