@@ -1,4 +1,4 @@
-"""Logging in and out, and the admin actions: grow now, roll back, set the mode.
+"""Logging in and out, and the admin actions: grow now, roll back, set the learning mode.
 
 Actions take form posts carrying the session's CSRF token and need the ``admin`` role (the
 API's own check); the scenario limits are the API's too. They are sent by htmx (``hx-post``
@@ -11,8 +11,10 @@ from __future__ import annotations
 from urllib.parse import quote
 
 from fastapi import APIRouter, Form, Request
+from fastapi.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from ..config import LEARNING_MODES
 from ..serve import routes_learning
 from ..serve.routes_learning import RollbackIn
 from . import sessions
@@ -109,4 +111,24 @@ async def rollback(scenario: str, request: Request, release_id: str = Form(..., 
     release = done.get("release")
     session.flash = done.get("message") or (
         f"Rolled back: release #{release['sequence']} serves the content of {release_id}" if release else None)
+    return _back(request, scenario)
+
+
+@router.post("/scenarios/{scenario}/mode")
+async def set_mode(scenario: str, request: Request, mode: str = Form(..., max_length=40),
+                   csrf: str = Form("", max_length=200)) -> Response:
+    """Set the scenario's learning mode (stored, as ``PUT /reef/scenarios/{s}/mode`` does; the
+    change is recorded as made from the dashboard)."""
+    session = admin_session(request, csrf)
+    routes_learning._scenario(scenario, session.principal)
+    if mode not in LEARNING_MODES:
+        raise UiError(422, f"mode: expected one of {', '.join(LEARNING_MODES)}, not {mode!r}")
+    loop = routes_learning._learning(request)
+
+    def write() -> dict:
+        routes_learning._known(request, scenario)
+        return loop.set_mode(scenario, mode, by="dashboard")
+
+    info = await run_in_threadpool(write)
+    session.flash = f"Learning mode of {scenario} set to {info['mode']}"
     return _back(request, scenario)

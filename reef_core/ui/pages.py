@@ -17,6 +17,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse
 
+from ..config import LEARNING_MODES
 from ..serve import routes_learning, routes_reef
 from ..serve.auth import Principal
 from . import chart, summaries
@@ -61,6 +62,7 @@ async def scenario_page(scenario: str, request: Request) -> HTMLResponse:
     curve = await run_in_threadpool(chart.learning_curve, store, scenario, rows)
     return render(request, "scenario.html", s=detail, chain=chain, candidates=candidates["candidates"],
                   curve=curve, plot=None if curve.empty else chart.svg(curve), mode=scenario_mode(request, detail),
+                  modes=LEARNING_MODES,
                   growth=growth_view(request, scenario, detail.get("loop")))
 
 

@@ -1,7 +1,7 @@
 """The dashboard in headless Chromium (Debian's ``chromium``, driven by Playwright's Python API):
-every page of a server with a real learning run, grow and roll back clicked as admin, and a
-scenario-limited token. Screenshots go to ``$REEF_TEST_ARTIFACTS/ui`` (a temporary directory
-when unset).
+every page of a server with a real learning run, grow, roll back and the learning mode clicked
+as admin, and a scenario-limited token. Screenshots go to ``$REEF_TEST_ARTIFACTS/ui`` (a
+temporary directory when unset).
 
 Needs ``scripts/setup.sh --with-browser`` (``scripts/test`` passes it); skips, saying so, only
 when chromium or Playwright is absent.
@@ -114,6 +114,12 @@ def test_every_page_then_grow_and_roll_back_as_admin(chromium, fresh_run, artifa
                                                         if r["release_id"] == run.releases[0])
     assert page.locator("#serving code").inner_text() == after["serving_release_id"]
     assert page.locator("#flash").count() == 1
+
+    # the learning mode
+    page.select_option("#mode-select", "manual")
+    page.click("#set-mode")
+    sync_api.expect(page.locator("#flash")).to_have_text("Learning mode of default set to manual")
+    assert api.get("/reef/scenarios/default/mode").json()["mode"] == "manual"
     page.screenshot(path=str(artifacts / "after-actions.png"), full_page=True)
     assert page.problems == []
 
