@@ -242,7 +242,7 @@ def test_reef_mode_and_status_against_a_running_server(tmp_path):
 
 def test_the_mode_store_keeps_since_and_sets_the_watermark_on_leaving_record_only(store_url):
     from reef_core.observe import load_pool
-    from reef_core.store import RecordStore
+    from reef_core.store import RecordStore, Report, new_id
 
     store = RecordStore(store_url)
     try:
@@ -257,6 +257,11 @@ def test_the_mode_store_keeps_since_and_sets_the_watermark_on_leaving_record_onl
         assert left.since > first.since and left.pool_after_report_seq is not None
         assert load_pool(store, "s") == []  # before and during record_only: never experience
         _, after = _seed(store, "Answer in French", scenario="s")
+        assert [e.report_id for e in load_pool(store, "s")] == [after]
+        # a new report quoting what was recorded in record_only is not experience either
+        quoted = store.get_report(during).references
+        store.add_report(Report(id=new_id("rpt"), scenario="s", score=0.0, feedback="late", references=quoted,
+                                body_hash=new_id("h")))
         assert [e.report_id for e in load_pool(store, "s")] == [after]
         # a later change keeps the watermark; other scenarios are untouched
         store.set_scenario_mode("s", "auto", set_by="api", in_effect="auto")
