@@ -87,6 +87,8 @@ async def grow(scenario: str, request: Request, csrf: str = Form("", max_length=
     principal = admin_session(request, csrf).principal
     routes_learning._scenario(scenario, principal)
     loop = routes_learning._learning(request)
+    # refused up front (409, the API's message) in a mode that learns nothing
+    await run_in_threadpool(loop.modes.check_can_learn, scenario)
     start_growth(request, loop, scenario)
     if request.headers.get("hx-request"):
         return _progress_panel(request, scenario, watching=False)

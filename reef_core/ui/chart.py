@@ -158,13 +158,26 @@ def svg(curve: Curve) -> dict[str, Any]:
         "width": WIDTH, "height": HEIGHT, "left": LEFT, "right": WIDTH - RIGHT, "top": TOP,
         "bottom": HEIGHT - BOTTOM,
         "yticks": [{"y": y(v), "label": f"{v:.2f}"} for v in ticks],
-        "xticks": [{"x": x(t0 + (t1 - t0) * i / 4), "label": (t0 + (t1 - t0) * i / 4).strftime(stamp),
-                    "anchor": "start" if i == 0 else "end" if i == 4 else "middle"} for i in range(5)],
+        "xticks": _xticks(t0, t1, x, stamp),
         "releases": [{"x1": x(p.first), "x2": max(x(p.last), x(p.first) + 4), "cx": x(p.first + (p.last - p.first) / 2),
                       "y": y(p.mean), "point": p} for p in curve.per_release],
         # a window starts at or before its first report: drawn from where the axis starts
         "windows": [{"x": x(max(w.start, t0)), "y": y(w.mean), "point": w} for w in curve.windows],
-        "marks": [{"x": x(m.at), "mark": m,
+        # a label near the right edge is written leftwards of its line
+        "marks": [{"x": x(m.at), "mark": m, "anchor": "end" if x(m.at) > WIDTH - RIGHT - 80 else "start",
+                   "label_x": x(m.at) - 3 if x(m.at) > WIDTH - RIGHT - 80 else x(m.at) + 3,
                    "cand_y": y(m.candidate_mean) if m.candidate_mean is not None else None,
                    "cur_y": y(m.current_mean) if m.current_mean is not None else None} for m in curve.marks],
     }
+
+
+def _xticks(t0: datetime, t1: datetime, x: Any, stamp: str) -> list[dict[str, Any]]:
+    """Five ticks along the time axis; a tick whose label repeats the previous one is left out."""
+    ticks, last = [], None
+    for i in range(5):
+        at = t0 + (t1 - t0) * i / 4
+        label = at.strftime(stamp)
+        if label != last:
+            ticks.append({"x": x(at), "label": label, "anchor": "start" if i == 0 else "end" if i == 4 else "middle"})
+        last = label
+    return ticks

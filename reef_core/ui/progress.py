@@ -21,6 +21,7 @@ from typing import Any
 
 from fastapi import Request
 
+from ..errors import ConflictError
 from ..grow.progress import LogProgress, ProgressTask
 
 log = logging.getLogger("reef.ui")
@@ -93,6 +94,8 @@ def start_growth(request: Request, loop: Any, scenario: str) -> Growth:
         try:
             result = await loop.grow(scenario, growth.progress)
             growth.result = result.to_dict()
+        except ConflictError as exc:  # the mode changed to one that learns nothing meanwhile
+            growth.error = str(exc)
         except Exception as exc:  # the page says what happened; the log has the details
             log.exception("growth step of %s started from the dashboard failed", scenario)
             growth.error = f"the growth step failed: {type(exc).__name__}: {exc}"

@@ -61,6 +61,8 @@ def test_grow_shows_progress_then_reloads_and_mode_is_set(tmp_path):
         assert page.select_one("#flash").get_text() == "Learning mode of default set to paused"
         assert page.select_one("#mode-select option[selected]")["value"] == "paused"
         assert "set by dashboard" in page.select_one("#mode").get_text()
+        refused = admin.post("/ui/scenarios/default/grow", data={"csrf": csrf})
+        assert refused.status_code == 409 and "learning mode 'paused'" in BeautifulSoup(refused.text, "html.parser").text
         bad = admin.post("/ui/scenarios/default/mode", data={"csrf": csrf, "mode": "turbo"})
         assert bad.status_code == 422 and "expected one of auto" in bad.text
 
