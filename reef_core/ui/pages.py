@@ -26,8 +26,8 @@ from .rendering import UiError, UiRoute, page_session, render
 
 router = APIRouter(prefix="/ui", route_class=UiRoute, include_in_schema=False)
 
-#: how many scenarios the overview lists (the API's page size)
-MAX_SCENARIOS = 1000
+#: scenarios per overview page (each row reads the scenario's state and counts its eligible experience)
+SCENARIOS_PER_PAGE = 50
 
 
 async def _last_candidate(request: Request, scenario: str, principal: Principal) -> dict[str, Any] | None:
@@ -36,17 +36,18 @@ async def _last_candidate(request: Request, scenario: str, principal: Principal)
 
 
 @router.get("", response_class=HTMLResponse)
-async def scenarios_page(request: Request) -> HTMLResponse:
-    """Every scenario the session may see: mode, serving release, counts, eligible experience,
-    the last candidate and its decision."""
+async def scenarios_page(request: Request, cursor: str | None = Query(None, max_length=400)) -> HTMLResponse:
+    """The scenarios the session may see, by name, a page at a time: mode, serving release,
+    counts, eligible experience, the last candidate and its decision."""
     principal = page_session(request).principal
-    listed = await routes_reef.list_scenarios(request, limit=MAX_SCENARIOS, cursor=None, principal=principal)
+    listed = await routes_reef.list_scenarios(request, limit=SCENARIOS_PER_PAGE, cursor=cursor or None,
+                                              principal=principal)
     rows = []
     for item in listed["scenarios"]:
         detail = await routes_reef.get_scenario(item["name"], request, principal=principal)
-        rows.append({"detail": detail, "mode": scenario_mode(request, detail),
+        rows.append({"detail": detail, "mode": scenario_mode(detail),
                      "candidate": await _last_candidate(request, item["name"], principal)})
-    return render(request, "scenarios.html", rows=rows, more=bool(listed["next_cursor"]))
+    return render(request, "scenarios.html", rows=rows, next_cursor=listed["next_cursor"])
 
 
 @router.get("/scenarios/{scenario}", response_class=HTMLResponse)
@@ -61,7 +62,7 @@ async def scenario_page(scenario: str, request: Request) -> HTMLResponse:
     rows = await run_in_threadpool(store.list_releases, scenario)
     curve = await run_in_threadpool(chart.learning_curve, store, scenario, rows)
     return render(request, "scenario.html", s=detail, chain=chain, candidates=candidates["candidates"],
-                  curve=curve, plot=None if curve.empty else chart.svg(curve), mode=scenario_mode(request, detail),
+                  curve=curve, plot=None if curve.empty else chart.svg(curve), mode=scenario_mode(detail),
                   modes=LEARNING_MODES,
                   growth=growth_view(request, scenario, detail.get("loop")))
 

@@ -121,7 +121,7 @@ def growth_view(request: Request, scenario: str, loop_status: dict[str, Any] | N
     }
 
 
-def scenario_mode(request: Request, detail: dict[str, Any]) -> str | None:
+def scenario_mode(detail: dict[str, Any]) -> str | None:
     """The scenario's learning mode as the loop reports it (None when the loop has no modes)."""
     loop = detail.get("loop") or {}
     mode = loop.get("mode")

@@ -270,3 +270,16 @@ def test_with_auth_off_there_is_no_login(tmp_path):
         assert browser.get("/ui/login").status_code == 303
         page = soup(browser.get("/ui/scenarios/default"))
         assert page.select("#admin-actions")  # the anonymous user is admin
+
+
+def test_scenarios_come_a_page_at_a_time(admin, monkeypatch):
+    from reef_core.ui import pages
+
+    monkeypatch.setattr(pages, "SCENARIOS_PER_PAGE", 1)
+    first = soup(admin.get("/ui"))
+    assert [tr["data-scenario"] for tr in first.select("#scenarios tbody tr")] == ["default"]
+    second = soup(admin.get(first.select_one("#more-scenarios")["href"]))
+    assert [tr["data-scenario"] for tr in second.select("#scenarios tbody tr")] == ["other"]
+    assert second.select("#more-scenarios") == []
+    bad = admin.get("/ui", params={"cursor": "not-a-cursor!"})
+    assert bad.status_code == 400 and "cursor" in text(bad)
