@@ -152,7 +152,9 @@ def run(name: str, directory: Path, args: list[str], *, url: str, scenario: str 
     if not scenario:
         raise AgentError(f"{directory} has no Reef harness installed; run `reef agent install {name} {directory}`")
     session = f"{name}-{uuid.uuid4().hex[:16]}"
-    env = {**os.environ, "REEF_SESSION": session, "REEF_TOKEN": os.environ.get("REEF_TOKEN") or "none"}
+    # PWD too: opencode takes its project directory from $PWD, not from the process's cwd
+    env = {**os.environ, "REEF_SESSION": session, "REEF_TOKEN": os.environ.get("REEF_TOKEN") or "none",
+           "PWD": str(directory.resolve())}
     if name == "codex":
         env.setdefault("CODEX_HOME", str((directory / ".codex").resolve()))
     command = _agent_command(name, binary or cls.binary, scenario, session, args)

@@ -1,6 +1,6 @@
-"""Claude Code and Codex, the real CLIs (pinned, installed by scripts/agent-clis.sh), run
-headless against a live Reef backed by the fake upstream, driven by the commands
-docs/agents.md shows: ``reef agent install``, ``run``, ``report``, ``update``.
+"""Claude Code, Codex and opencode, the real CLIs (pinned, installed by
+scripts/agent-clis.sh), run headless against a live Reef backed by the fake upstream, driven
+by the commands docs/agents.md shows: ``reef agent install``, ``run``, ``report``, ``update``.
 
 Each run's requests are recorded with receipts under one session; the installed harness
 reaches the agent (its instructions file, with the release id, is in what the agent itself
@@ -19,63 +19,111 @@ from pathlib import Path
 
 import pytest
 
+from reef_core.commit.harness import Harness
 from reef_core.testing import FakeUpstream, ReefServer
 
 from .conftest import feedback_rules_config, report, settings_for, wait_published
+
+pytestmark = pytest.mark.slow  # each test runs a real agent CLI twice
 
 ROOT = Path(__file__).resolve().parents[2]
 REEF = str(Path(sys.executable).with_name("reef"))
 FIRST_RULE = "Rule one: end every answer with a full stop"
 SECOND_RULE = "Rule two: greet the user by name"
+#: keeps the agents off the network: no update checks, no model catalogue downloads
+OFFLINE_ENV = {"DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+               "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_MODELS_FETCH": "1", "NO_COLOR": "1"}
 
 
-def _cli_dir() -> Path:
+def agent_bin_dir(binary: str) -> Path:
+    """The directory holding the pinned agent CLIs (installed on first use); skips when npm or
+    ``binary`` is missing or does not run."""
     if shutil.which("npm") is None:
-        pytest.skip("npm is not installed: the Claude Code and Codex CLIs cannot be installed")
-    out = subprocess.run([str(ROOT / "scripts" / "agent-clis.sh")], capture_output=True, text=True, timeout=900)
+        pytest.skip("npm is not installed: the Claude Code, Codex and opencode CLIs cannot be installed")
+    script = str(ROOT / "scripts" / "agent-clis.sh")
+    out = subprocess.run([script], capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr
-    bin_dir = Path(subprocess.run([str(ROOT / "scripts" / "agent-clis.sh"), "--print-dir"], capture_output=True,
-                                  text=True, check=True).stdout.strip()) / "node_modules" / ".bin"
-    if not (bin_dir / "claude").exists() or not (bin_dir / "codex").exists():
-        pytest.skip(f"the agent CLIs are not in {bin_dir} (scripts/agent-clis.sh skipped: {out.stderr.strip()})")
+    bin_dir = Path(subprocess.run([script, "--print-dir"], capture_output=True, text=True,
+                                  check=True).stdout.strip()) / "node_modules" / ".bin"
+    if not (bin_dir / binary).exists():
+        pytest.skip(f"{binary} is not in {bin_dir} (scripts/agent-clis.sh said: {out.stderr.strip()})")
+    probe = subprocess.run([str(bin_dir / binary), "--version"], capture_output=True, text=True, timeout=120)
+    if probe.returncode != 0:
+        pytest.skip(f"{bin_dir / binary} does not run here: {(probe.stderr or probe.stdout).strip()[:300]}")
     return bin_dir
+
+
+def agent_env(home: Path, bin_dir: Path) -> dict[str, str]:
+    """An environment for running agents: a fresh HOME, the pinned CLIs first on PATH."""
+    env = {**os.environ, "HOME": str(home), "XDG_STATE_HOME": str(home / "state"),
+           "XDG_CONFIG_HOME": str(home / ".config"), "XDG_DATA_HOME": str(home / ".local" / "share"),
+           "XDG_CACHE_HOME": str(home / ".cache"), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           **OFFLINE_ENV}
+    for key in ("REEF_TOKEN", "REEF_URL", "REEF_SCENARIO", "REEF_SESSION", "CODEX_HOME"):
+        env.pop(key, None)
+    return env
 
 
 def _answer(body):
     return "Hello. Done."
 
 
-def _sent_by_agent(record) -> str:
-    """What the agent itself put in its conversation (the server-side harness goes into the
-    system prompt / instructions, so it is left out)."""
+def server_block(client, scenario: str) -> tuple[str, str]:
+    """The release the scenario serves and the block Reef injects for it in front of the
+    client's system prompt (``reef_core.commit.harness.inject``)."""
+    got = client.get("/reef/harness", headers={"x-reef-scenario": scenario})
+    files = {f["path"]: f["content"] for f in got.json()["files"]}
+    block = Harness(system=files.get("system.md", "").strip(), rules=files.get("rules.md", "").strip()).prompt()
+    return got.headers["x-reef-release-id"], block
+
+
+def sent_by_agent(record, block: str) -> str:
+    """What the agent itself put in its request: the server-side harness goes into the system
+    prompt / instructions (Claude Code and Codex send their instructions files as conversation
+    messages, so those fields are left out) or in front of the first system message (opencode
+    sends its instructions there, so only the injected block is cut off)."""
     request = dict(record.request)
-    for key in ("system", "instructions"):
-        request.pop(key, None)
-    if "messages" in request:
-        request["messages"] = [m for m in request["messages"] if m.get("role") != "system"]
+    injected = [request.pop(key, None) for key in ("system", "instructions")]
+    messages = list(request.get("messages") or [])
+    first = messages[0] if messages else {}
+    if first.get("role") in ("system", "developer") and isinstance(first.get("content"), str):
+        content = first["content"]
+        if content == block:
+            injected.append(messages.pop(0)["content"])
+        elif content.startswith(block + "\n\n"):
+            injected.append(block)
+            messages[0] = {**first, "content": content[len(block) + 2:]}
+        request["messages"] = messages
+    assert json.dumps(block)[1:-1] in json.dumps(injected), "the server-side harness is not where Reef puts it"
     return json.dumps(request)
+
+
+def largest(records):
+    """The agent's main turn: its largest request (side requests such as title generation are small)."""
+    return max(records, key=lambda r: len(json.dumps(r.request)))
 
 
 AGENTS = {
     "claude": {"file": "CLAUDE.md", "route": "anthropic.messages", "args": ["-p", "Say hello"]},
     "codex": {"file": "AGENTS.md", "route": "openai.responses",
               "args": ["exec", "--skip-git-repo-check", "Say hello"]},
+    "opencode": {"file": "AGENTS.md", "route": "openai.chat", "args": ["run", "Say hello"]},
 }
+
+
+def receipts_of(ran: subprocess.CompletedProcess) -> list[str]:
+    return [line.split()[-1] for line in ran.stderr.splitlines() if line.startswith("reef: receipt ")]
 
 
 @pytest.mark.parametrize("agent", sorted(AGENTS))
 def test_agent_runs_reports_and_updates(tmp_path, agent):
-    bin_dir = _cli_dir()
+    bin_dir = agent_bin_dir(agent)
     spec = AGENTS[agent]
     home = tmp_path / "home"
     project = tmp_path / "project"
     home.mkdir()
     project.mkdir()
-    env = {**os.environ, "HOME": str(home), "XDG_STATE_HOME": str(home / "state"),
-           "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "REEF_SCENARIO": "agents",
-           "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "NO_COLOR": "1"}
-    env.pop("REEF_TOKEN", None)
-    env.pop("REEF_URL", None)
+    env = {**agent_env(home, bin_dir), "REEF_SCENARIO": "agents"}
 
     def reef(*args: str) -> subprocess.CompletedProcess:
         done = subprocess.run([REEF, *args], cwd=project, env=env, capture_output=True, text=True, timeout=300)
@@ -93,6 +141,8 @@ def test_agent_runs_reports_and_updates(tmp_path, agent):
             report(client, [seed.headers["x-reef-agent-record-id"]], score=0.0, feedback=FIRST_RULE,
                    scenario="agents")
             first = wait_published(client, 1, scenario="agents")[0]["release_id"]
+            serving, block = server_block(client, "agents")
+            assert serving == first and FIRST_RULE in block
 
             installed = reef("agent", "install", agent)
             assert first in installed.stdout
@@ -102,29 +152,31 @@ def test_agent_runs_reports_and_updates(tmp_path, agent):
                                             and p.suffix in (".json", ".toml"))
 
             ran = reef("agent", "run", agent, "--", *spec["args"])
-            receipts = [line.split()[-1] for line in ran.stderr.splitlines() if line.startswith("reef: receipt ")]
+            receipts = receipts_of(ran)
             assert receipts, ran.stderr
             records = [server.store.get_record(r) for r in receipts]
             assert all(r.status == "ok" and r.route == spec["route"] for r in records)
             sessions = {r.session for r in records}
             assert len(sessions) == 1 and sessions.pop().startswith(f"{agent}-")
-            main = max(records, key=lambda r: len(json.dumps(r.request)))
-            assert first in _sent_by_agent(main) and FIRST_RULE in _sent_by_agent(main)
+            main = largest(records)
+            assert first in sent_by_agent(main, block) and FIRST_RULE in sent_by_agent(main, block)
 
             reported = reef("agent", "report", "--score", "0", "--feedback", SECOND_RULE)
             assert f"on {len(receipts)} receipt(s)" in reported.stdout
             again = reef("agent", "report", "--score", "0", "--feedback", SECOND_RULE)  # a retry: the same report
             assert again.stdout == reported.stdout
             stored = client.get("/reef/scenarios/agents/records", params={"session": records[0].session}).json()
+            assert len(stored["records"]) == len(receipts)
             assert all(len(r["reports"]) == 1 for r in stored["records"])
 
             second = wait_published(client, 2, scenario="agents")[0]["release_id"]
+            serving, block = server_block(client, "agents")
+            assert serving == second
             assert "installed release" in reef("agent", "update", agent).stdout
             assert SECOND_RULE in (project / spec["file"]).read_text()
             assert "already current" in reef("agent", "update", agent).stdout
 
             ran = reef("agent", "run", agent, "--", *spec["args"])
-            receipts = [line.split()[-1] for line in ran.stderr.splitlines() if line.startswith("reef: receipt ")]
-            main = max((server.store.get_record(r) for r in receipts), key=lambda r: len(json.dumps(r.request)))
-            assert second in _sent_by_agent(main) and SECOND_RULE in _sent_by_agent(main)
+            main = largest([server.store.get_record(r) for r in receipts_of(ran)])
+            assert second in sent_by_agent(main, block) and SECOND_RULE in sent_by_agent(main, block)
             assert main.release_id == second
