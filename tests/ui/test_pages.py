@@ -283,3 +283,12 @@ def test_scenarios_come_a_page_at_a_time(admin, monkeypatch):
     assert second.select("#more-scenarios") == []
     bad = admin.get("/ui", params={"cursor": "not-a-cursor!"})
     assert bad.status_code == 400 and "cursor" in text(bad)
+
+
+def test_a_server_without_a_learning_loop_has_no_actions(tmp_path):
+    with FakeUpstream("openai") as up, ReefServer(tmp_path, upstream=up, learning=False) as server:
+        browser = Browser(server.url, None)
+        page = soup(browser.get("/ui/scenarios/default"))
+        assert page.select("#admin-actions") == [] and "not running on this server" in page.get_text()
+        assert soup(browser.get("/ui")).select('#scenarios tr[data-scenario="default"]')
+        assert browser.post("/ui/scenarios/default/grow", data={"csrf": "forged"}).status_code == 403
