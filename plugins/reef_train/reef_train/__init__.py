@@ -21,9 +21,13 @@ The pieces, each usable alone:
 * ``training`` — ``PolicyTrainer``, the usual loop around them, with a tqdm progress bar;
 * ``sampling`` — ``sample_rows`` / ``make_generator``, the next-token sampling both the
   runtime's engine and ``rollout`` use;
+* ``backend`` — ``make_trainer``: where a recipe's training step runs, from its ``trainer``
+  option: ``local`` (in process) or ``ray`` (one Ray task with the resources asked for,
+  ``reef-train[ray]``); a failed or lost step is a ``TrainerError``, never a crash;
 * ``testing`` — a tiny random model built offline, for tests of the toolkit and its users.
 """
 
+from .backend import LocalTrainer, Trainer, TrainerError, TrainerOptions, make_trainer
 from .data import Sample, TokenBatch, collate
 from .logprobs import reference_logprobs, response_logprobs, token_logprobs
 from .losses import (
@@ -49,9 +53,13 @@ from .sampling import make_generator, sample_rows
 from .training import PolicyTrainer
 
 __all__ = [
+    "LocalTrainer",
     "PolicyTrainer",
     "Sample",
     "TokenBatch",
+    "Trainer",
+    "TrainerError",
+    "TrainerOptions",
     "collate",
     "dis_loss",
     "dis_weights",
@@ -62,6 +70,7 @@ __all__ = [
     "load_tokenizer",
     "load_trainable",
     "make_generator",
+    "make_trainer",
     "make_optimizer",
     "masked_mean",
     "optimizer_step",

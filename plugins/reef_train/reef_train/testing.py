@@ -76,3 +76,23 @@ def train_word_adapter(model_dir: Path, artifact_dir: Path, word: str, prompts: 
     trainer = PolicyTrainer(policy, pad_id=tok.pad_token_id, lr=lr, loss="reinforce", seed=seed)
     trainer.fit(lambda i: samples, steps, progress=False)
     return trainer.save(artifact_dir)
+
+
+def word_adapter_step(payload: dict, inputs: dict, output: Path) -> dict:
+    """A training step in the shape trainer backends run (``reef_train.backend``): train
+    ``train_word_adapter``'s LoRA on ``inputs["base"]`` (continuing ``inputs["adapter"]`` when
+    given) with ``payload`` = {word, prompts, steps?, lr?}; write ``output/adapter``. Returns the
+    metrics and the process it ran in (so a test can tell that it ran elsewhere)."""
+    import os
+
+    from transformers import AutoTokenizer
+
+    base, adapter = Path(inputs["base"]), inputs.get("adapter")
+    tok = AutoTokenizer.from_pretrained(str(base))
+    policy = load_policy(base, adapter, r=8, alpha=16, include_lm_head=True, seed=0)
+    target = tok(payload["word"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    samples = [Sample(prompt_ids=prompt_ids(tok, p), response_ids=target, advantage=1.0) for p in payload["prompts"]]
+    trainer = PolicyTrainer(policy, pad_id=tok.pad_token_id, lr=payload.get("lr", 2e-2), loss="reinforce", seed=0)
+    history = trainer.fit(lambda i: samples, int(payload.get("steps", 4)), progress=False)
+    trainer.save(output)
+    return {"loss": history[-1]["loss"], "steps": len(history), "pid": os.getpid()}
