@@ -60,7 +60,11 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$hash" ] || ! model_ok; then
   # pulls a multi-GB CUDA build.
   pkgs=(torch==2.13.0 -e ".[test,postgres]")
   for p in "${packages[@]}"; do
-    pkgs+=(-e "./$p")
+    case "$p" in
+      # Ray for reef-train's `ray` trainer backend and its tests (~35 s, ~240 MB of wheels)
+      */reef_train) pkgs+=(-e "./$p[ray]") ;;
+      *) pkgs+=(-e "./$p") ;;
+    esac
   done
   "$VENV/bin/pip" install -q "${pkgs[@]}" 2>&1 | { grep -v "is ignored: it is neither" || true; }
   "$VENV/bin/python" -c "import reef_core" >/dev/null
