@@ -159,8 +159,8 @@ def test_a_server_without_a_learning_loop_still_serves_follows_and_rolls_back(tm
             status = client.get("/reef/scenarios/default").json()
             assert status["loop"] is None and status["serving_release_id"] == first.release_id
 
-            rolled = client.post("/reef/scenarios/default/rollback", json={"release_id": first.release_id})
-            assert rolled.status_code == 200, rolled.text
+            rolled = client.post("/reef/scenarios/default/rollback", json={"to": "base"})  # first is the head
+            assert rolled.status_code == 200 and rolled.json()["published"], rolled.text
             rolled_id = rolled.json()["release"]["release_id"]
             assert announced == [rolled_id]
             assert server.reef.serving_release("default").release_id == rolled_id
