@@ -9,8 +9,13 @@ import time
 
 import pytest
 
+from reef_core.compose import build_reef
 from reef_core.grow.lease import Leases, holder_is_dead, host_id, orphans_of, settle_orphans
+from reef_core.plugins import get_plugins
 from reef_core.store import CandidateRow, LeaseLost, Record, RecordStore, Report, new_id
+from reef_core.types import Candidate
+
+from .conftest import add_plugin, feedback_rules_config, grow_steps, settings_for
 
 
 @pytest.fixture
@@ -111,3 +116,97 @@ def test_orphans_are_candidates_of_older_holdings(store):
     assert settled.status == "error" and settled.reason.startswith("interrupted")
     assert store.get_candidate(mine.id).status == "evaluating"
     assert store.counts("s")["returned_reports"] == 1
+
+
+# ---------------------------------------------------------------------- in a kernel
+
+
+class Down:
+    """An upstream nobody listens on: these tests never call the model."""
+
+    url, dialect = "http://127.0.0.1:9", "openai"
+
+
+class StealingRecipe:
+    """Proposes a new rule; while it runs, another process takes the scenario's lease over (as
+    when this one is paused past the expiry)."""
+
+    update_target = "harness"
+    filters = ()
+    default_evaluator = "always"
+
+    def __init__(self, batch_size: int = 1, steal: bool = True):
+        self.batch_size = batch_size
+        self.steal = steal
+
+    def propose(self, batch, current, ctx):
+        if self.steal:
+            lease = ctx.store.get_lease(batch.scenario)
+            assert ctx.store.acquire_lease(batch.scenario, "elsewhere:1:x", 30,
+                                           take_from=(lease.holder, lease.token)) == lease.token + 1
+        art = ctx.new_artifact()
+        (art / "harness").mkdir(exist_ok=True)
+        (art / "harness" / "rules.md").write_text("- Be brief.\n")
+        return Candidate(scenario=batch.scenario, recipe="stealing", artifact_dir=art, summary="a rule")
+
+
+def _kernel(tmp_path, store_url: str, **recipe: object):
+    add_plugin("recipe", "stealing", StealingRecipe)
+    config = feedback_rules_config(loop_enabled=False, evaluator={"name": "always"})
+    config["recipe"] = {"name": "stealing", "batch_size": 1, **recipe}
+    config["record_store"] = {"url": store_url}
+    return build_reef(settings_for(tmp_path, Down, config), get_plugins(), background=False)
+
+
+def _seed(store: RecordStore) -> str:
+    rec = Record(id=new_id("rec"), scenario="default")
+    store.add_record(rec)
+    rpt = Report(id=new_id("rpt"), scenario="default", score=0.0, feedback="Be brief", references=[rec.id],
+                 body_hash=new_id("h"))
+    store.add_report(rpt)
+    return rpt.id
+
+
+def test_a_step_that_lost_its_lease_is_fenced_and_never_publishes(tmp_path, store_url):
+    reef = _kernel(tmp_path, store_url)
+    rpt = _seed(reef.store)
+    [step] = grow_steps(reef)
+    assert step.outcome == "fenced" and "elsewhere:1:x" in step.reason
+    [cand] = reef.store.list_candidates("default")
+    assert cand.status == "fenced" and cand.lease_token == 1
+    assert reef.store.list_releases("default") == []
+    assert reef.store.consumption_states([rpt]) == {rpt: ("returned", 1)}  # it trained nothing that serves
+    assert reef.releases.chain.artifacts.history("default") == []
+
+
+def test_a_step_waits_for_a_live_holder_elsewhere(tmp_path, store_url):
+    reef = _kernel(tmp_path, store_url, steal=False)
+    _seed(reef.store)
+    token = reef.store.acquire_lease("default", f"{host_id()}:1:init", 30)  # pid 1 lives
+    [busy] = grow_steps(reef)
+    assert busy.outcome == "busy" and reef.store.list_candidates("default") == []
+    reef.store.release_lease("default", f"{host_id()}:1:init", token)
+    [step] = grow_steps(reef)
+    assert step.outcome == "published"
+    [cand] = reef.store.list_candidates("default")
+    assert cand.status == "published" and cand.lease_token == token + 1
+
+
+def test_start_up_settles_only_candidates_whose_lease_is_provably_dead(tmp_path, store_url):
+    reef = _kernel(tmp_path, store_url, steal=False)
+    store = reef.store
+    live = CandidateRow(id=new_id("cand"), scenario="default", recipe="r", status="evaluating", lease_token=1)
+    store.add_candidate(live)
+    store.acquire_lease("default", f"elsewhere:{1}:x", 30)  # another host: alive as far as anyone here knows
+    reef.learning._settle_interrupted()
+    assert store.get_candidate(live.id).status == "evaluating"
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    ghost = CandidateRow(id=new_id("cand"), scenario="other", recipe="r", status="selected", lease_token=1)
+    store.add_candidate(ghost)
+    store.acquire_lease("other", f"{host_id()}:{int(dead.stdout)}:old", 30)  # this host, its process gone
+    reef.learning._settle_interrupted()
+    assert store.get_candidate(ghost.id).status == "error"
+    assert store.get_candidate(live.id).status == "evaluating"
+    assert store.get_lease("other").expires_at <= store.lease_clock()  # released after settling
