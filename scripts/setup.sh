@@ -58,7 +58,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$hash" ] || ! model_ok; then
   "$VENV/bin/pip" install -q --upgrade pip >/dev/null 2>&1 || true
   # torch is pinned in the same command as every package that depends on it, so pip never
   # pulls a multi-GB CUDA build.
-  pkgs=(torch==2.13.0 -e ".[test,postgres]")
+  pkgs=(torch==2.13.0 -e ".[test,postgres,demo]")
   for p in "${packages[@]}"; do
     case "$p" in
       # Ray for reef-train's `ray` trainer backend and its tests (~35 s, ~240 MB of wheels)
