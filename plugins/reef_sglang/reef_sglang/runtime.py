@@ -17,11 +17,19 @@ engine's admin routes — SGLang ``POST /load_lora_adapter`` / ``/unload_lora_ad
 them on its own port. Put the engine on a private address (or give ``admin_url`` a separate
 private one) so clients cannot load adapters themselves. ``lora_path`` must be a path the
 engine's machine can read (a shared volume when the engine runs elsewhere).
+
+Several engines (``engine_urls``), each serving the same base: every adapter load and unload
+fans out to all of them, and a load counts only when every engine took it (the ones that did
+unload it again otherwise), so a published adapter is served by all engines or by none and
+the previous release keeps serving. Requests go to ``base_url`` when it is set (an
+``sglang-router`` in front of the engines), else round-robin over the engines (an engine
+that refuses the connection is skipped for that request).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -48,13 +56,16 @@ ROUTES = {
     "vllm": {"load": "/v1/load_lora_adapter", "unload": "/v1/unload_lora_adapter"},
 }
 _ADDED = ("token_ids", "prompt_token_ids", "meta_info")
+DEFAULT_URL = "http://127.0.0.1:30000"
 
 
 class SGLangRuntime(Runtime):
     """Serve through an SGLang or vLLM server; hot-swap per-scenario LoRA adapters on it.
 
     Options (``runtime=sglang``):
-        base_url: the engine's address, e.g. ``http://10.0.0.5:30000`` (no ``/v1``).
+        base_url: the engine's address, e.g. ``http://10.0.0.5:30000`` (no ``/v1``); with
+            ``engine_urls``, the router in front of them (unset: round-robin over the engines).
+        engine_urls: several engines serving the same base; adapters load on every one.
         flavor: ``sglang`` or ``vllm`` — which wire protocol the engine speaks.
         model: the served base model id; empty: the first id from ``GET /v1/models``.
         api_key: sent as ``Authorization: Bearer`` when the engine requires one. Credentials in
@@ -83,7 +94,7 @@ class SGLangRuntime(Runtime):
 
     def __init__(
         self,
-        base_url: str = "http://127.0.0.1:30000",
+        base_url: str | None = None,
         flavor: str = "sglang",
         model: str | None = None,
         api_key: str | None = None,
@@ -95,22 +106,30 @@ class SGLangRuntime(Runtime):
         max_connections: int = 100,
         base_model_path: str | None = None,
         base_model_device: str = "auto",
+        engine_urls: list[str] | None = None,
     ):
         if flavor not in ROUTES:
             raise ValueError(f"runtime.flavor must be one of {sorted(ROUTES)}, not {flavor!r}.")
-        # Credentials come out of the URLs (which error messages and logs may show) into headers.
-        self.base_url, base_creds = split_url_credentials(base_url.rstrip("/"), "runtime.base_url")
-        self.admin_url, admin_creds = split_url_credentials((admin_url or base_url).rstrip("/"), "runtime.admin_url")
-        if (base_creds and api_key) or (admin_creds and admin_api_key):
-            raise ValueError("runtime.base_url/admin_url carries credentials (user:password@) and an API key is "
-                             "set for it too; use one of them (URL credentials are sent as HTTP Basic auth)")
+        engines = [str(u) for u in (engine_urls or [])]
+        if engines and admin_url:
+            raise ValueError("runtime.admin_url is for one engine; with runtime.engine_urls each engine's own URL "
+                             "takes its adapter loads (leave admin_url out)")
+        if len(set(engines)) != len(engines):
+            raise ValueError("runtime.engine_urls lists an engine twice")
         self.flavor = flavor
         self.model = model
         self.api_key = api_key
         self.admin_api_key = admin_api_key if admin_api_key is not None else api_key
-        self._base_headers = {"Authorization": basic_auth(base_creds)} if base_creds else self._headers(self.api_key)
-        self._admin_headers = {"Authorization": basic_auth(admin_creds)} if admin_creds \
-            else self._headers(self.admin_api_key)
+        # Credentials come out of the URLs (which error messages and logs may show) into headers.
+        chat_urls = [base_url] if base_url or not engines else engines
+        self._chat = [self._target(u or DEFAULT_URL, api_key, "runtime.base_url" if base_url or not engines
+                                   else "runtime.engine_urls") for u in chat_urls]
+        admin_urls = engines or [admin_url or base_url or DEFAULT_URL]
+        self._engines = [self._target(u, self.admin_api_key, "runtime.engine_urls" if engines else "runtime.admin_url")
+                         for u in admin_urls]
+        self.base_url, self._base_headers = self._chat[0]
+        self.admin_url, self._admin_headers = self._engines[0]
+        self._next_chat = itertools.cycle(range(len(self._chat)))
         self.timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
         self.capture_tokens = capture_tokens
         self.max_connections = max_connections
@@ -121,6 +140,20 @@ class SGLangRuntime(Runtime):
         self._admin_lock = asyncio.Lock()
         self._resident: set[str] = set()  # adapter names loaded on the engine by this runtime
         self._background: set[asyncio.Task] = set()
+
+    def _target(self, url: str, key: str | None, option: str) -> tuple[str, dict[str, str]]:
+        """(url without credentials, the headers to send it): URL credentials as HTTP Basic
+        auth, else ``key`` as a bearer token; both at once is a configuration error."""
+        clean, creds = split_url_credentials(url.rstrip("/"), option)
+        if creds and key:
+            raise ValueError(f"{option} carries credentials (user:password@) and an API key is set for it too; use "
+                             "one of them (URL credentials are sent as HTTP Basic auth)")
+        return clean, ({"Authorization": basic_auth(creds)} if creds else self._headers(key))
+
+    @property
+    def engine_urls(self) -> list[str]:
+        """Where adapters load (every engine; credentials removed)."""
+        return [url for url, _ in self._engines]
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -133,6 +166,19 @@ class SGLangRuntime(Runtime):
             if not ids:
                 raise RuntimeUnavailable(f"The {self.flavor} engine's /v1/models lists no model; set runtime.model.")
             self.model = ids[0]
+            if len(self._engines) > 1:
+                await self._check_engines()
+
+    async def _check_engines(self) -> None:
+        """Every engine must serve the base the requests name: adapters trained on one base
+        and loaded on an engine serving another would answer wrongly, not fail."""
+        for url, headers in self._engines:
+            data = await self._request("GET", f"{url}/v1/models", headers=headers)
+            ids = [m.get("id") for m in data.get("data", []) if isinstance(m, dict)]
+            if self.model not in ids:
+                raise RuntimeUnavailable(f"The {self.flavor} engine at {redact_url(url)} does not serve "
+                                         f"{self.model!r} (it lists {ids}); every runtime.engine_urls engine must "
+                                         "serve the same base model.")
 
     async def aclose(self) -> None:
         if self._background:
@@ -216,13 +262,37 @@ class SGLangRuntime(Runtime):
             log.warning("could not unload adapter %s: %s", name, exc)
         self._resident.discard(name)
 
-    async def _admin(self, action: str, payload: dict[str, Any]) -> Any:
-        url = self.admin_url + ROUTES[self.flavor][action]
+    async def _admin(self, action: str, payload: dict[str, Any]) -> None:
+        """Load or unload an adapter on every engine. A load that some engine refused is
+        unloaded again from the engines that took it before the error propagates, so an
+        adapter is on all engines or on none; an unload tries every engine, then raises the
+        first refusal."""
+        outcomes = await asyncio.gather(*(self._admin_one(url, headers, action, payload)
+                                          for url, headers in self._engines), return_exceptions=True)
+        failed = [o for o in outcomes if isinstance(o, BaseException)]
+        if not failed:
+            return
+        if action == "load" and len(self._engines) > 1:
+            took = [(url, headers) for (url, headers), o in zip(self._engines, outcomes) if not isinstance(o, BaseException)]
+            for url, headers in took:
+                try:
+                    await self._admin_one(url, headers, "unload", {"lora_name": payload["lora_name"]})
+                except RuntimeCallError as exc:
+                    log.warning("could not unload the partly loaded adapter %s from %s: %s", payload["lora_name"],
+                                redact_url(url), exc)
+        raise failed[0]
+
+    async def _admin_one(self, engine_url: str, headers: dict[str, str], action: str, payload: dict[str, Any]) -> Any:
+        url = engine_url + ROUTES[self.flavor][action]
+        where = f" at {redact_url(engine_url)}" if len(self._engines) > 1 else ""
         try:
-            return await self._request("POST", url, json=payload, headers=self._admin_headers)
+            return await self._request("POST", url, json=payload, headers=headers)
+        except RuntimeUnavailable as exc:
+            raise RuntimeUnavailable(f"Cannot reach the {self.flavor} engine{where} to {action} adapter "
+                                     f"{payload['lora_name']!r}: {exc}") from exc
         except RuntimeCallError as exc:
             raise RuntimeCallError(
-                f"The {self.flavor} engine refused to {action} adapter {payload['lora_name']!r}: {exc}. "
+                f"The {self.flavor} engine{where} refused to {action} adapter {payload['lora_name']!r}: {exc}. "
                 + (
                     "Check that the engine runs with LoRA enabled (SGLang: --enable-lora and --max-lora-rank; "
                     "vLLM: --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True) and can read the path."
@@ -308,9 +378,7 @@ class SGLangRuntime(Runtime):
         body, version, asked = await self._prepare(call)
         body["stream"] = False
         try:
-            data = await self._request(
-                "POST", f"{self.base_url}/v1/chat/completions", json=body, headers=self._base_headers
-            )
+            data = await self._chat_request(body)
         finally:
             self._release(version)
         _fill_extras(call.extras, data)
@@ -325,9 +393,10 @@ class SGLangRuntime(Runtime):
         body["stream"] = True
         logprobs: list[float] = []
         tokens: list[int] = []
+        base_url, headers = self._chat[next(self._next_chat)]
         try:
             async with self._client.stream(
-                "POST", f"{self.base_url}/v1/chat/completions", json=body, headers=self._base_headers
+                "POST", f"{base_url}/v1/chat/completions", json=body, headers=headers
             ) as resp:
                 if resp.status_code >= 400:
                     await resp.aread()
@@ -349,7 +418,7 @@ class SGLangRuntime(Runtime):
                     yield self._clean(event, asked)
         except httpx.TransportError as exc:
             # Clients and records see no address (exception texts name host and port); the log does.
-            log.warning("lost the %s engine at %s mid-stream: %s: %s", self.flavor, redact_url(self.base_url),
+            log.warning("lost the %s engine at %s mid-stream: %s: %s", self.flavor, redact_url(base_url),
                         type(exc).__name__, exc)
             raise RuntimeUnavailable(f"Lost the {self.flavor} engine mid-stream ({type(exc).__name__})") from exc
         finally:
@@ -361,20 +430,45 @@ class SGLangRuntime(Runtime):
 
     # ------------------------------------------------------------------ http
 
+    async def _chat_request(self, body: dict[str, Any]) -> Any:
+        """POST a chat body to the next engine (or the router); an engine that refuses the
+        connection (the request never reached it) hands the request to the next one."""
+        first = next(self._next_chat)
+        order = [(first + i) % len(self._chat) for i in range(len(self._chat))]
+        for i in order[:-1]:
+            url, headers = self._chat[i]
+            try:
+                return await self._request("POST", f"{url}/v1/chat/completions", json=body, headers=headers,
+                                           skippable=True)
+            except _Skipped:
+                continue
+        url, headers = self._chat[order[-1]]
+        return await self._request("POST", f"{url}/v1/chat/completions", json=body, headers=headers)
+
+    def _unreachable(self, url: str, exc: httpx.TransportError) -> RuntimeUnavailable:
+        # Clients and records see no address (exception texts name host and port); the log does.
+        log.warning("cannot reach the %s engine at %s: %s: %s", self.flavor, redact_url(url), type(exc).__name__, exc)
+        return RuntimeUnavailable(
+            f"Cannot reach the {self.flavor} engine ({type(exc).__name__}). Check runtime.base_url and that the "
+            "engine is up."
+        )
+
     def _headers(self, key: str | None) -> dict[str, str]:
         return {"Authorization": f"Bearer {key}"} if key else {}
 
-    async def _request(self, method: str, url: str, **kwargs: Any) -> Any:
+    async def _request(self, method: str, url: str, *, skippable: bool = False, **kwargs: Any) -> Any:
         if self._client is None:
             self._client = httpx.AsyncClient(timeout=self.timeout, limits=httpx.Limits(max_connections=self.max_connections))
         try:
             resp = await self._client.request(method, url, **kwargs)
+        except httpx.ConnectError as exc:
+            if skippable:
+                log.warning("the %s engine at %s refused the connection; trying the next one: %s", self.flavor,
+                            redact_url(url), exc)
+                raise _Skipped from exc
+            raise self._unreachable(url, exc) from exc
         except httpx.TransportError as exc:
-            log.warning("cannot reach the %s engine at %s: %s: %s", self.flavor, redact_url(url), type(exc).__name__, exc)
-            raise RuntimeUnavailable(
-                f"Cannot reach the {self.flavor} engine ({type(exc).__name__}). Check runtime.base_url and that the "
-                "engine is up."
-            ) from exc
+            raise self._unreachable(url, exc) from exc
         if resp.status_code >= 400:
             raise _error_from(resp)
         if not resp.content:
@@ -383,6 +477,10 @@ class SGLangRuntime(Runtime):
             return resp.json()
         except ValueError:
             return {"text": resp.text}
+
+
+class _Skipped(Exception):
+    """An engine refused the connection and another one can take the request."""
 
 
 def _error_from(resp: httpx.Response) -> RuntimeCallError:

@@ -31,20 +31,23 @@ class FakeEngine:
         self.gate = threading.Event()
         self.gate.set()
         self.holding = threading.Event()
+        #: a message for every adapter load (the engine answers 500), e.g. out of GPU memory
+        self.refuse_loads: str | None = None
+        self.model = BASE
         self.app = self._build()
 
     def _adapter(self, body: dict) -> tuple[str | None, str | None]:
         """(adapter, error) for a chat body."""
         if self.flavor == "sglang":
             name = body.get("lora_path")
-            model = body.get("model", BASE)
+            model = body.get("model", self.model)
             if name is None and ":" in model:
                 model, name = model.split(":", 1)
-            if model != BASE:
+            if model != self.model:
                 return None, f"model {model!r} not found"
         else:
-            model = body.get("model", BASE)
-            name = None if model == BASE else model
+            model = body.get("model", self.model)
+            name = None if model == self.model else model
         if name is not None and name not in self.loaded:
             return None, f"LoRA adapter {name!r} is not loaded"
         return name, None
@@ -55,15 +58,17 @@ class FakeEngine:
 
         @app.get("/v1/models")
         async def models():
-            data = [{"id": BASE, "object": "model"}]
+            data = [{"id": self.model, "object": "model"}]
             if self.flavor == "vllm":
-                data += [{"id": n, "object": "model", "parent": BASE} for n in self.loaded]
+                data += [{"id": n, "object": "model", "parent": self.model} for n in self.loaded]
             return {"object": "list", "data": data}
 
         @app.post(prefix + "/load_lora_adapter")
         async def load(req: Request):
             body = await req.json()
             self.calls.append(("load", body))
+            if self.refuse_loads:
+                return JSONResponse({"message": self.refuse_loads}, status_code=500)
             path = Path(body.get("lora_path", ""))
             if not (path / "adapter_config.json").is_file():
                 return JSONResponse({"message": f"no adapter at {path}"}, status_code=400)
@@ -97,7 +102,7 @@ class FakeEngine:
             tokens = [ord(c) for c in text]
             prompt = [ord(c) for c in user]
             lps = [-0.01 * i for i in range(len(tokens))]
-            model = body.get("model", BASE)
+            model = body.get("model", self.model)
             if body.get("stream"):
                 return StreamingResponse(self._sse(body, text, tokens, prompt, lps, model), media_type="text/event-stream")
             choice = {
