@@ -56,6 +56,9 @@ class LearnerOptions:
     lora_lm_head: bool = False
     device: str = "auto"
     seed: int = 0
+    #: padded tokens (rows x longest row) forwarded and back-propagated at once; a longer
+    #: rollout is a micro-batch of its own. Changes memory and speed, never the gradient.
+    micro_batch_tokens: int = 512
 
 
 @dataclass
@@ -111,7 +114,11 @@ class Learner:
                     log.warning("tttd: the saved Adam state does not fit (%s): its moments start at zero", exc)
 
     def step(self, groups: Sequence[Sequence[Rollout]]) -> dict[str, Any]:
-        """One optimizer step on ``groups`` (each a list of rollouts of one parent). Returns its metrics."""
+        """One optimizer step on ``groups`` (each a list of rollouts of one parent). Returns its metrics.
+
+        The loss is a sum over tokens, so the grid is forwarded and back-propagated in
+        micro-batches of at most ``micro_batch_tokens`` padded tokens whose gradients add up to
+        the whole grid's: the activations of one micro-batch are alive at a time, not the grid's."""
         from reef_train import Sample, collate
 
         o = self.options
@@ -123,26 +130,38 @@ class Learner:
         mask = batch.response_mask
         temps = torch.tensor([r.temperature for r in rollouts], dtype=torch.float32, device=self.device)
         advantages = mask * torch.tensor(scalar, dtype=torch.float32, device=self.device)[:, None]
+        parts = micro_batches([len(r.prompt_ids) + len(r.response_ids) for r in rollouts], o.micro_batch_tokens)
+        base_logp = torch.zeros_like(batch.old_logprobs)
         with torch.no_grad(), self.policy.disable_adapter():
-            base_logp = row_logprobs(self.policy, batch, temps)
+            for rows in parts:
+                index, sub = _rows(batch, rows)
+                base_logp[index, :sub.targets.shape[1]] = row_logprobs(self.policy, sub, temps[index])
         advantages, kl = fold_kl(advantages, batch.old_logprobs, base_logp, mask, o.kl_coef)
         self.policy.train()
-        logp = row_logprobs(self.policy, batch, temps)
-        loss, stats = importance_sampling_loss(logp, batch.old_logprobs, advantages, mask)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        logp = torch.zeros_like(batch.old_logprobs)
+        loss_sum = 0.0
+        for rows in parts:
+            index, sub = _rows(batch, rows)
+            width = sub.targets.shape[1]
+            part = row_logprobs(self.policy, sub, temps[index])
+            piece, _ = importance_sampling_loss(part, sub.old_logprobs, advantages[index, :width], sub.response_mask)
+            piece.backward()
+            loss_sum += float(piece.detach())
+            logp[index, :width] = part.detach()
+        _, stats = importance_sampling_loss(logp, batch.old_logprobs, advantages, mask)
         params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
         grad_norm = float(torch.sqrt(sum((p.grad.detach() ** 2).sum() for p in params))) if params else 0.0
         self.optimizer.step()  # no gradient clipping: the reference has none
         self.optimizer.zero_grad(set_to_none=True)
         flat = [a for g in advs for a in g]
         metrics = {
-            "step": self.state.steps, "loss": float(loss.item()), "grad_norm": grad_norm,
+            "step": self.state.steps, "loss": loss_sum, "grad_norm": grad_norm,
             "kl_sampled": kl, "beta_mean": sum(betas) / len(betas), "beta_max": max(betas),
             "advantage_max": max(flat), "advantage_min": min(flat),
             "trained_rollouts": len(rollouts), "trained_tokens": int(stats["tokens"]),
             "ratio_mean": stats["ratio_mean"], "ratio_max": stats["ratio_max"],
-            "rollout_logprob_abs_diff": float(((logp.detach() - batch.old_logprobs).abs() * mask).sum()
+            "rollout_logprob_abs_diff": float(((logp - batch.old_logprobs).abs() * mask).sum()
                                               / mask.sum().clamp(min=1.0)),
         }
         self.state.steps += 1
@@ -167,6 +186,31 @@ class Learner:
                  "history": self.state.history}
         (learner_dir / STATE_FILE).write_text(json.dumps(state, indent=1, sort_keys=True) + "\n")
         return learner_dir
+
+
+def micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Row indices grouped longest first, each group's ``rows x longest`` within ``budget``
+    tokens (a row longer than ``budget`` alone): rollouts of one prompt pad little together."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    out: list[list[int]] = []
+    for i in order:
+        if out and (len(out[-1]) + 1) * lengths[out[-1][0]] <= budget:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
+def _rows(batch: Any, rows: list[int]) -> tuple[torch.Tensor, Any]:
+    """``rows`` of a right-padded ``TokenBatch``, cut to their longest sequence."""
+    from reef_train import TokenBatch
+
+    index = torch.tensor(rows, dtype=torch.long, device=batch.input_ids.device)
+    width = int(batch.attention_mask[index].sum(dim=1).max())
+    cut = slice(0, width - 1)
+    return index, TokenBatch(batch.input_ids[index, :width], batch.attention_mask[index, :width],
+                             batch.targets[index, cut], batch.response_mask[index, cut],
+                             batch.old_logprobs[index, cut], batch.advantages[index, cut])
 
 
 def read_state(learner_dir: Path | None) -> dict[str, Any] | None:

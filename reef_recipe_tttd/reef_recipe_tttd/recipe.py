@@ -35,7 +35,8 @@ class TTTDRecipe:
     def __init__(self, variant: str = "tttd", groups_per_step: int = 8, rollouts_per_group: int = 64,
                  max_staleness: int = 0, lr: float = 4e-5, beta1: float = 0.9, beta2: float = 0.95,
                  eps: float = 1e-8, weight_decay: float = 0.0, kl_coef: float = 0.1, lora_rank: int = 32,
-                 lora_alpha: int = 32, lora_lm_head: bool = False, device: str = "auto", seed: int = 0):
+                 lora_alpha: int = 32, lora_lm_head: bool = False, device: str = "auto", seed: int = 0,
+                 micro_batch_tokens: int = 512):
         problems = []
         if variant not in VARIANTS:
             problems.append(f"variant must be one of {', '.join(VARIANTS)}, not {variant!r}")
@@ -49,6 +50,8 @@ class TTTDRecipe:
             problems.append("kl_coef must be 0 or more")
         if lora_rank < 1 or lora_alpha < 1:
             problems.append("lora_rank and lora_alpha must be 1 or more")
+        if micro_batch_tokens < 1:
+            problems.append("micro_batch_tokens must be 1 or more")
         if problems:
             raise ValueError("; ".join(problems))
         self.variant = variant
@@ -59,7 +62,8 @@ class TTTDRecipe:
         self.options = LearnerOptions(
             variant=variant, lr=float(lr), beta1=float(beta1), beta2=float(beta2), eps=float(eps),
             weight_decay=float(weight_decay), kl_coef=float(kl_coef), lora_rank=int(lora_rank),
-            lora_alpha=int(lora_alpha), lora_lm_head=bool(lora_lm_head), device=str(device), seed=int(seed))
+            lora_alpha=int(lora_alpha), lora_lm_head=bool(lora_lm_head), device=str(device), seed=int(seed),
+            micro_batch_tokens=int(micro_batch_tokens))
 
     @property
     def trains(self) -> bool:
