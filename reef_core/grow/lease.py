@@ -24,6 +24,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -36,6 +37,8 @@ log = logging.getLogger("reef.grow")
 
 #: candidate statuses a step leaves behind only while it runs (or when its process died)
 UNDECIDED = ("proposed", "evaluating", "selected")
+#: how often ``Leases.hold`` tries again while it may wait for a lease
+ACQUIRE_RETRY_S = 0.1
 INTERRUPTED_REASON = ("interrupted: the growth step that made this candidate stopped before publishing it "
                       "(its server stopped or lost the scenario's growth lease); its experience returns to "
                       "the pool under the return rule")
@@ -114,10 +117,15 @@ class Leases:
         self.store.release_lease(holding.scenario, holding.holder, holding.token)
 
     @asynccontextmanager
-    async def hold(self, scenario: str) -> AsyncIterator[Holding | None]:
-        """The scenario's lease for the block (None: another process holds it), renewed in the
-        background while the block runs, released when it ends."""
+    async def hold(self, scenario: str, wait_s: float = 0.0) -> AsyncIterator[Holding | None]:
+        """The scenario's lease for the block (None: another process holds it, also after
+        trying for ``wait_s`` seconds), renewed in the background while the block runs,
+        released when it ends."""
         holding = await asyncio.to_thread(self.acquire, scenario)
+        deadline = time.monotonic() + wait_s
+        while holding is None and time.monotonic() < deadline:
+            await asyncio.sleep(ACQUIRE_RETRY_S)
+            holding = await asyncio.to_thread(self.acquire, scenario)
         if holding is None:
             yield None
             return

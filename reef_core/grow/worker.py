@@ -30,6 +30,8 @@ log = logging.getLogger("reef.grow")
 
 #: how long a woken worker waits for more pokes before checking its scenario
 COALESCE_S = 0.2
+#: how long an explicit grow waits for a lease another server holds before answering busy
+MANUAL_LEASE_WAIT_S = 2.0
 
 
 class ScenarioWorker:
@@ -97,7 +99,10 @@ class ScenarioWorker:
     async def step(self, trigger: str, progress: Any = None) -> StepResult:
         """Run one step now (waits for a running one of this process to finish first; answers
         ``busy`` while another process holds the scenario's lease)."""
-        async with self.lock, self.leases.hold(self.scenario) as holding:
+        # an explicit grow waits a moment: another server's automatic check that finds nothing
+        # to learn holds the lease for a few milliseconds, and is no reason to answer busy
+        wait_s = MANUAL_LEASE_WAIT_S if trigger == "manual" else 0.0
+        async with self.lock, self.leases.hold(self.scenario, wait_s) as holding:
             if holding is None:
                 self._check_later()
                 result = StepResult(scenario=self.scenario, trigger=trigger, outcome="busy",
