@@ -291,6 +291,11 @@ class SGLangRuntime(Runtime):
             raise RuntimeUnavailable(f"Cannot reach the {self.flavor} engine{where} to {action} adapter "
                                      f"{payload['lora_name']!r}: {exc}") from exc
         except RuntimeCallError as exc:
+            if action == "load" and exc.status == 400 and "already" in str(exc).lower():
+                # another Reef server sharing this engine loaded it: names carry the release id,
+                # so the same name is the same adapter
+                log.info("adapter %s was already loaded on %s", payload["lora_name"], redact_url(engine_url))
+                return {}
             raise RuntimeCallError(
                 f"The {self.flavor} engine{where} refused to {action} adapter {payload['lora_name']!r}: {exc}. "
                 + (

@@ -157,6 +157,21 @@ def test_engine_options_are_checked():
     assert SGLangRuntime().base_url == "http://127.0.0.1:30000"
 
 
+@pytest.mark.asyncio
+async def test_two_reef_servers_share_the_engines(engines, tmp_path):
+    """Each server's runtime loads the release it follows; the second finds it loaded already."""
+    one, two = (SGLangRuntime(engine_urls=[e.url for e in engines], flavor=engines[0].flavor) for _ in range(2))
+    try:
+        for rt in (one, two):
+            await rt.start()
+            await rt.activate(release(tmp_path, "r1"))
+        assert all(set(e.loaded) == {"s@r1"} for e in engines)
+        assert (await two.complete(call()))["choices"][0]["message"]["content"] == "s@r1: hello"
+    finally:
+        await one.aclose()
+        await two.aclose()
+
+
 def test_concurrent_activations_keep_engines_identical(engines, tmp_path):
     async def run():
         rt = SGLangRuntime(engine_urls=[e.url for e in engines], flavor=engines[0].flavor)
