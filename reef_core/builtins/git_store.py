@@ -310,6 +310,8 @@ class GitArtifactStore(ArtifactStore):
         # rejected or failed: a conflict exactly when the remote's ref is no longer the expected head
         fetched = self.sync()
         actual = self._resolve(scenario)
+        if fetched and actual == commit:  # the push landed, only its answer was lost
+            return
         if fetched and actual != expected_head:
             raise PublishConflict(
                 f"scenario {scenario!r} moved on {_redact(self.remote)} while this candidate was evaluated: "
