@@ -175,7 +175,7 @@ class GitArtifactStore(ArtifactStore):
             if self._remote_down_since is None:
                 self._remote_down_since = time.monotonic()
                 log.warning("cannot fetch releases from the artifact store remote %s (serving the local "
-                            "cache until it answers): %s", _redact(self.remote), (err or out).strip())
+                            "cache until it answers): %s", _redact(self.remote), self._scrub(err or out))
             return False
 
     def read_manifest(self, commit: str) -> dict[str, Any]:
@@ -301,7 +301,7 @@ class GitArtifactStore(ArtifactStore):
                                              timeout=self.timeout_s)
                 if status != 0:
                     raise ArtifactError(f"pushing LFS objects to {_redact(self.lfs_url or self.remote)} failed; "
-                                        f"nothing was published: {(err or out).strip()}")
+                                        f"nothing was published: {self._scrub(err or out)}")
         # --no-verify: the LFS objects went above, no hook of this repository runs
         status, out, err = self._git("push", "--porcelain", "--no-verify", f"--force-with-lease={ref}:{expected_head or ''}",
                                      "origin", f"{commit}:{ref}", check=False, timeout=self.timeout_s)
@@ -317,7 +317,16 @@ class GitArtifactStore(ArtifactStore):
                 f"scenario {scenario!r} moved on {_redact(self.remote)} while this candidate was evaluated: "
                 f"expected head {expected_head or 'none'}, found {actual or 'none'}; nothing was published")
         raise ArtifactError(f"pushing release {commit[:12]} of {scenario!r} to {_redact(self.remote)} failed; "
-                            f"nothing was published: {(err or out).strip()}")
+                            f"nothing was published: {self._scrub(err or out)}")
+
+    def _scrub(self, text: str) -> str:
+        """git's own message, without the passwords of the remote URLs (git may quote them)."""
+        text = text.strip()
+        for url in (self.remote, self.lfs_url):
+            password = urlsplit(url or "").password
+            if password:
+                text = text.replace(password, "***")
+        return text
 
     def materialize(self, scenario: str, commit: str, dest: Path) -> Path:
         """Write the tree of release ``commit`` into the new directory ``dest`` and check that

@@ -190,3 +190,13 @@ def test_two_servers_race_through_the_remote_and_both_serve_the_winner(tmp_path)
     loser = next(r for r in results if r.outcome == "conflict")
     loser_reef = one if loser is results[0] else two
     assert "moved on" in loser_reef.store.get_candidate(loser.candidate_id).reason
+
+
+def test_remote_credentials_stay_out_of_logs_and_errors(tmp_path, caplog):
+    store = GitArtifactStore(state_dir=tmp_path, remote="http://reef:s3cret-token@127.0.0.1:9/chain.git", timeout_s=10)
+    with caplog.at_level(logging.WARNING, logger="reef.commit"):
+        assert store.heads() == {}
+    with pytest.raises(ArtifactError) as err:
+        store.publish("s", _artifact(tmp_path / "a", "- a\n"), _manifest("s", tmp_path / "a", "r1"), expected_head=None)
+    assert "reef:***@127.0.0.1:9" in caplog.text and "reef:***@127.0.0.1:9" in str(err.value)
+    assert "s3cret-token" not in caplog.text + str(err.value)
