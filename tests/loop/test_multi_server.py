@@ -1,7 +1,7 @@
 """Three ``reef serve`` processes on one PostgreSQL and one release chain, behind loopback
 ports: traffic and reports through all three land once; growth runs one step per scenario at
 a time across them; a killed lease holder's step is taken over and settled, a paused one is
-fenced and never publishes."""
+fenced and never publishes. And ``server.workers=2`` on one port and one SQLite store."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _free_port() -> int:
 class Server:
     """One ``reef serve`` process (with the slow_gate evaluator registered)."""
 
-    def __init__(self, tmp_path: Path, name: str, cfg: Path, pg_url: str, upstream: str):
+    def __init__(self, tmp_path: Path, name: str, cfg: Path, store_url: str, upstream: str, *overrides: str):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = tmp_path / f"{name}.log"
@@ -49,9 +49,9 @@ class Server:
         with self.log_path.open("w") as log:  # a file, not a pipe: a chatty server never blocks on it
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", LAUNCHER, "serve", "-c", str(cfg), f"server.port={self.port}",
-                 f"server.state_dir={tmp_path / name}", f"record_store.url={pg_url}",
+                 f"server.state_dir={tmp_path / name}", f"record_store.url={store_url}",
                  f"artifact_store.path={tmp_path / 'artifacts.git'}", f"runtime.upstream_url={upstream}",
-                 "server.log_level=warning"],
+                 "server.log_level=warning", *overrides],
                 env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log)
         self.client = httpx.Client(base_url=self.url, timeout=60)
 
@@ -92,13 +92,15 @@ def _undecided(store: RecordStore) -> list:
     return store.candidates_with_status(("proposed", "evaluating", "selected"))
 
 
-def _settled(store: RecordStore, timeout: float) -> None:
-    """Wait until fewer reports than a batch are left (an explicit grow takes a smaller batch)
-    and no step is undecided; say what is stuck if not."""
+def _settled(store: RecordStore, timeout: float, batch: int = BATCH) -> None:
+    """Wait until fewer reports than a batch are left (an explicit grow takes a smaller batch),
+    no candidate is undecided and no step holds the lease; say what is stuck if not."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         counts = store.counts("default")
-        if counts["reports"] - counts["consumed_reports"] < BATCH and not _undecided(store):
+        lease = store.get_lease("default")
+        if (counts["reports"] - counts["consumed_reports"] < batch and not _undecided(store)
+                and (lease is None or lease.expires_at <= store.lease_clock())):  # no step between consume and row
             return
         time.sleep(0.1)
     states = [(c.id, c.status, c.lease_token, c.reason) for c in store.list_candidates("default")]
@@ -194,3 +196,60 @@ def test_three_servers_share_one_postgres_and_grow_one_step_at_a_time(tmp_path, 
             for server in servers:
                 server.stop()
             store.close()
+
+
+def _children(pid: int) -> set[int]:
+    kids = set()
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                raw = Path(f"/proc/{d}/stat").read_text()
+            except OSError:
+                continue
+            if int(raw[raw.rindex(")") + 2:].split()[1]) == pid:
+                kids.add(int(d))
+    return kids
+
+
+def test_server_workers_share_one_port_and_one_sqlite_store(tmp_path):
+    """``server.workers=2`` on SQLite: both workers answer on the one port, every record lands
+    once, growth steps take one lease each; a killed worker is replaced; SIGTERM stops them all."""
+    gate_log = str(tmp_path / "gate.log")
+    config = feedback_rules_config(batch_size=2, evaluator={"name": "slow_gate", "seconds": 0.5, "log": gate_log})
+    config["loop"].update(lease_poll_s=0.3)
+    cfg = write_config(tmp_path / "serve.yaml", config)
+    with FakeUpstream("openai", capital_model) as up:
+        server = Server(tmp_path, "w", cfg, f"sqlite:///{tmp_path / 'reef.db'}", up.url, "server.workers=2")
+        try:
+            wait_for(server.up, "the workers to start", timeout=120)
+            workers = wait_for(lambda: len(_children(server.pid)) == 2 and _children(server.pid), "two workers")
+            receipts: list[str] = []
+            threads = [threading.Thread(target=_traffic, args=(server, f"w{i}", 4, receipts)) for i in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            store = RecordStore(f"sqlite:///{tmp_path / 'reef.db'}", migrate=False)
+            _settled(store, 120, batch=2)
+            assert len(set(receipts)) == 8 and set(store.get_records(receipts)) == set(receipts)
+            assert store.counts("default")["records"] == 8
+            candidates = store.list_candidates("default")
+            assert candidates and len({c.lease_token for c in candidates}) == len(candidates)
+            assert {c.status for c in candidates} <= {"published", "rejected"}
+            spans = sorted((run["start"], run["end"]) for run in gate_runs(gate_log).values())
+            for (_, end), (start, _) in zip(spans, spans[1:]):
+                assert start >= end, spans
+            store.close()
+
+            victim = min(workers)
+            os.kill(victim, signal.SIGKILL)
+            wait_for(lambda: victim not in _children(server.pid) and len(_children(server.pid)) == 2,
+                     "a replacement worker", timeout=60)
+            wait_for(server.up, "the replacement serving", timeout=120)
+            for _ in range(4):  # every request is answered whichever worker takes it
+                ask(server.client, "What is the capital of Japan?")
+            server.proc.terminate()
+            assert server.proc.wait(timeout=60) == 0
+            assert not _children(server.pid)
+        finally:
+            server.stop()
