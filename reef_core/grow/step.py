@@ -80,6 +80,25 @@ def summarize(evaluation: Evaluation, decision: Decision) -> dict[str, Any]:
             **{k: evaluation.metrics[k] for k in keys if k in evaluation.metrics}}
 
 
+def auto_step_due(reef: Reef, plan: ScenarioPlan) -> bool:
+    """Whether an automatic step of ``plan.scenario`` may do anything (blocking): a full batch
+    is eligible, or the scenario has undecided candidates a lease holder may have to settle.
+    Checked before taking the lease, so checks that find nothing never take it (across
+    servers, each report and schedule tick triggers one)."""
+    from .lease import UNDECIDED
+
+    if plan.recipe.update_target == "none":
+        return False
+    if any(row.scenario == plan.scenario for row in reef.store.candidates_with_status(UNDECIDED)):
+        return True
+    size = int(plan.recipe.batch_size or 0)
+    if size <= 0:
+        return False
+    items = eligible(reef.store, plan.scenario, list(plan.filters), want=size,
+                     rule=pool_rule(reef.settings.loop, size))
+    return len(items) >= size
+
+
 async def run_step(reef: Reef, plan: ScenarioPlan, trigger: str, progress: Any,
                    lease: Holding | None = None) -> StepResult:
     """Run one step of ``plan.scenario`` on ``reef`` (its store, release chain and runtime);

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from .lease import Leases, orphans_of, settle_orphans
 from .plan import ScenarioPlan
 from .progress import LogProgress
-from .step import StepResult, run_step
+from .step import StepResult, auto_step_due, run_step
 
 if TYPE_CHECKING:
     from ..kernel import Reef
@@ -102,7 +102,15 @@ class ScenarioWorker:
         # an explicit grow waits a moment: another server's automatic check that finds nothing
         # to learn holds the lease for a few milliseconds, and is no reason to answer busy
         wait_s = MANUAL_LEASE_WAIT_S if trigger == "manual" else 0.0
-        async with self.lock, self.leases.hold(self.scenario, wait_s) as holding:
+        async with self.lock:
+            if trigger != "manual" and not await asyncio.to_thread(auto_step_due, self.reef,
+                                                                   self.plan_of(self.scenario)):
+                return StepResult(scenario=self.scenario, trigger=trigger, outcome="nothing",
+                                  reason="no full batch of eligible experience")
+            return await self._step_leased(trigger, progress, wait_s)
+
+    async def _step_leased(self, trigger: str, progress: Any, wait_s: float) -> StepResult:
+        async with self.leases.hold(self.scenario, wait_s) as holding:
             if holding is None:
                 self._check_later()
                 result = StepResult(scenario=self.scenario, trigger=trigger, outcome="busy",
