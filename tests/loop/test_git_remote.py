@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import subprocess
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -34,16 +36,45 @@ def _bare(path: Path) -> str:
     return path.as_uri()
 
 
-@pytest.fixture(params=["file", "http"])
+@pytest.fixture(params=["file", "http", "git-daemon"])
 def remote(request, tmp_path):
-    """{remote, lfs_url}: a bare repository reached over ``file://``, or over HTTP with its LFS
-    objects in a ``file://`` LFS endpoint (``http-backend`` has no LFS API)."""
+    """{remote, lfs_url}: a bare repository reached over ``file://``, or over smart HTTP or the
+    git protocol with its LFS objects in a ``file://`` LFS endpoint (``http-backend`` and
+    ``git daemon`` have no LFS API)."""
     if request.param == "file":
         yield {"remote": _bare(tmp_path / "remote.git")}
         return
     (tmp_path / "served").mkdir()
-    with GitHttpServer(tmp_path / "served") as server:
-        yield {"remote": server.bare("remote.git"), "lfs_url": _bare(tmp_path / "lfs.git")}
+    if request.param == "http":
+        with GitHttpServer(tmp_path / "served") as server:
+            yield {"remote": server.bare("remote.git"), "lfs_url": _bare(tmp_path / "lfs.git")}
+        return
+    _bare(tmp_path / "served" / "remote.git")
+    with _git_daemon(tmp_path / "served") as url:
+        yield {"remote": f"{url}/remote.git", "lfs_url": _bare(tmp_path / "lfs.git")}
+
+
+@contextmanager
+def _git_daemon(root: Path):
+    """``git daemon`` serving the repositories under ``root`` on a loopback port, pushes allowed."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    daemon = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all", "--enable=receive-pack",
+                               "--listen=127.0.0.1", f"--port={port}", f"--base-path={root}", str(root)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(500):  # until it listens
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert daemon.poll() is None, "git daemon exited"
+                time.sleep(0.02)
+        yield f"git://127.0.0.1:{port}"
+    finally:
+        daemon.terminate()
+        daemon.wait(10)
 
 
 def _artifact(root: Path, rules: str, adapter: bytes | None = None) -> Path:
