@@ -227,3 +227,8 @@ register_agent_commands(main)
 from .cli_status import register_commands as register_status_commands  # noqa: E402
 
 register_status_commands(main)
+
+# reef demo: simulated users teach the embedded model a preference (reef_core.demo).
+from .demo.cli import demo as _demo  # noqa: E402
+
+main.add_command(_demo)

@@ -1,0 +1,53 @@
+"""The demo's learning curve as a PNG (matplotlib, from the ``reef-core[demo]`` extra)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+INSTALL_HINT = ("reef demo draws its learning curve with matplotlib: "
+                "pip install 'reef-core[demo]' (scripts/setup.sh installs it)")
+
+
+def matplotlib_missing() -> str | None:
+    """Why the curve cannot be drawn (with how to fix it), or None when it can."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return INSTALL_HINT
+    return None
+
+
+def learning_curve(result: Any, path: Path) -> Path:
+    """Each round's mean score of the users' answers against the reports sent so far, the rounds
+    at which a new release was serving marked, and the held-out score before and after."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = [p["reports"] for p in result.curve]
+    ys = [p["score"] for p in result.curve]
+    fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=120)
+    ax.plot(xs, ys, marker="o", color="#1f77b4", label="users' score per round (traffic)")
+    last = None
+    for p in result.curve:
+        if p["serving"] and p["serving"] != last:
+            ax.axvline(p["reports"], color="#2ca02c", linestyle=":", linewidth=1.2)
+            ax.annotate("new release serving", (p["reports"], 1.04), fontsize=8, color="#2ca02c", ha="center")
+        last = p["serving"]
+    end = xs[-1] if xs else 1
+    ax.hlines(result.before, 0, end, colors="#d62728", linestyles="--", label=f"held-out before: {result.before:.2f}")
+    ax.hlines(result.after, 0, end, colors="#2ca02c", linestyles="--", label=f"held-out after: {result.after:.2f}")
+    ax.set_xlim(0, end + 0.5)
+    ax.set_ylim(-0.05, 1.12)
+    ax.set_xlabel("reports sent")
+    ax.set_ylabel("mean score (1 = the preference is met)")
+    ax.set_title(f"reef demo: {result.recipe} learns \u201c{result.preference}\u201d", fontsize=10)
+    ax.legend(loc="center right", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
