@@ -30,6 +30,7 @@ import click
 import httpx
 
 from .cli import _friendly
+from .commit.harness import NO_RELEASE
 
 DEFAULT_URL = "http://127.0.0.1:8900"
 #: the installer's record of what it installed (``reef_core.builtins.harness_files``)
@@ -68,8 +69,10 @@ def _headers(scenario: str | None, session: str | None = None) -> dict[str, str]
     return headers
 
 
-def _request(method: str, url: str, *, headers: dict[str, str], attempts: int = 1, **kwargs: Any) -> httpx.Response:
-    """One call to the server; connection failures and 5xx are retried ``attempts`` times."""
+def _request(method: str, url: str, *, headers: dict[str, str], attempts: int = 1,
+             accept: tuple[int, ...] = (), **kwargs: Any) -> httpx.Response:
+    """One call to the server; connection failures and 5xx are retried ``attempts`` times; an
+    error status in ``accept`` is returned instead of raised."""
     for attempt in range(attempts):
         try:
             response = httpx.request(method, url, headers=headers, timeout=60, **kwargs)
@@ -81,7 +84,7 @@ def _request(method: str, url: str, *, headers: dict[str, str], attempts: int = 
         if response.status_code >= 500 and attempt + 1 < attempts:
             time.sleep(0.5 * 2 ** attempt)
             continue
-        if response.status_code >= 400:
+        if response.status_code >= 400 and response.status_code not in accept:
             try:
                 message = response.json()["error"]["message"]
             except (ValueError, KeyError, TypeError):
@@ -197,9 +200,11 @@ def update(name: str, directory: Path, *, url: str, scenario: str | None) -> str
     """Re-install when the scenario serves a release other than the installed one."""
     have = installed(directory)
     scenario = scenario or have.get("scenario")
-    head = _request("GET", f"{url}/reef/harness", headers=_headers(scenario), attempts=3)
-    serving = head.headers.get("x-reef-release-id")
+    head = _request("GET", f"{url}/reef/harness", headers=_headers(scenario), attempts=3, accept=(404,))
+    serving = head.headers.get("x-reef-release-id") if head.status_code == 200 else NO_RELEASE
     if serving and serving == have.get("release_id"):
+        if serving == NO_RELEASE:
+            return f"{directory} is already current (scenario {scenario} has no release yet)"
         return f"{directory} is already current (release {serving})"
     return install(name, directory, url=url, scenario=scenario)
 

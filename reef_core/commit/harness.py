@@ -192,6 +192,10 @@ class HarnessFile:
     sha256: str
 
 
+#: the release id an installer records when the scenario had no release yet (settings only)
+NO_RELEASE = "none"
+
+
 @dataclass(frozen=True)
 class HarnessBundle:
     """A release's ``harness/`` tree in memory: what harness adapters render into installers."""

@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..commit.chain import BASE
-from ..commit.harness import harness_bundle
+from ..commit.harness import NO_RELEASE, HarnessBundle, harness_bundle
 from ..config import LearningMode
 from ..errors import NotFoundError
 from ..store import to_json
@@ -271,12 +271,17 @@ async def install_harness(request: Request, adapter: str = Query("files", descri
         raise NotFoundError(f"no harness adapter {adapter!r}; installed: "
                             f"{', '.join(reef.plugins.names('harness_adapter')) or 'none'}")
     renderer = reef.build("harness_adapter", adapter, {})
-    release = _serving(request, scenario)
-    bundle = await run_in_threadpool(harness_bundle, release)
+    release = reef.serving_release(scenario)
+    if release is None:
+        # Nothing learnt yet: the installer still points the agent at this server (settings and
+        # an empty harness), so an agent's first requests can become its first experience.
+        bundle = HarnessBundle(scenario=scenario, release_id=NO_RELEASE, content_hash="", files=())
+    else:
+        bundle = await run_in_threadpool(harness_bundle, release)
     served = reef.served_models()
     bundle = replace(bundle, base_url=_public_url(request),
                      model=served[0] if served else str(reef.settings.runtime.get("model") or ""))
     script = renderer.render(bundle)
     return Response(script, media_type=renderer.media_type,
-                    headers={"x-reef-release-id": release.release_id,
+                    headers={"x-reef-release-id": bundle.release_id,
                              "content-disposition": f'attachment; filename="reef-harness-{adapter}.sh"'})

@@ -152,3 +152,31 @@ def test_rollback_route_republishes_old_content(tmp_path):
             assert served.headers["x-reef-release-id"] == third["release_id"]
             assert "Cite sources" not in system_prompt(up.requests[-1])
             assert "Be brief" in system_prompt(up.requests[-1])
+
+
+def test_an_agent_installed_before_the_first_release_is_pointed_at_reef_and_updated_later(tmp_path):
+    """A new scenario has no release: the agent installer still writes its settings (an empty
+    harness, release ``none``), so the agent's first requests can become the first experience;
+    ``reef agent update`` installs the first release once it serves."""
+    import reef_core.cli  # noqa: F401  (the CLI modules are imported through it)
+    from reef_core import cli_agent
+
+    with FakeUpstream("openai", capital_model) as up:
+        settings = settings_for(tmp_path, up, feedback_rules_config(batch_size=1, evaluator={"name": "always"}))
+        with ReefServer(tmp_path, settings=settings) as server:
+            project = tmp_path / "project"
+            project.mkdir()
+            out = cli_agent.install("claude", project, url=server.url, scenario="default")
+            assert "installed release none" in out
+            assert cli_agent.installed(project)["release_id"] == "none"
+            claude_settings = (project / ".claude" / "settings.json").read_text()
+            assert server.url in claude_settings and "x-reef-scenario" in claude_settings
+            assert "already current" in cli_agent.update("claude", project, url=server.url, scenario=None)
+
+            client = server.client()
+            r = ask(client, "What is the capital of France?")
+            report(client, [r.headers["x-reef-agent-record-id"]], score=0.1, feedback=GOOD_FEEDBACK)
+            head = wait_published(client, 1)[0]["release_id"]
+            assert "installed release" in cli_agent.update("claude", project, url=server.url, scenario=None)
+            assert cli_agent.installed(project)["release_id"] == head
+            assert GOOD_FEEDBACK in (project / "CLAUDE.md").read_text()
