@@ -66,7 +66,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$hash" ] || ! model_ok; then
       *) pkgs+=(-e "./$p") ;;
     esac
   done
-  "$VENV/bin/pip" install -q "${pkgs[@]}" 2>&1 | { grep -v "is ignored: it is neither" || true; }
+  # -qq: errors only. With -q every editable build prints setuptools' ~10-line informational
+  # BuildBackendWarning ("Editable installation ...": about 50 lines for the repository's
+  # packages); resolver conflicts and failures are errors and still print.
+  "$VENV/bin/pip" install -qq "${pkgs[@]}" 2>&1 | { grep -v "is ignored: it is neither" || true; }
   "$VENV/bin/python" -c "import reef_core" >/dev/null
   # The embedded model came with them (reef-torch depends on reef-smollm2, whose build step
   # fetches the GGUF, checks its sha256 and puts it into the package): no separate step.
@@ -78,7 +81,7 @@ fi
 # the browser comes from Debian, the tests pass its path as executable_path).
 if [ "$want_browser" = 1 ] && ! "$VENV/bin/python" -c "import playwright" >/dev/null 2>&1; then
   echo "setup: installing Playwright (Python API)"
-  "$VENV/bin/pip" install -q -e ".[browser]" 2>&1 | { grep -v "is ignored: it is neither" || true; }
+  "$VENV/bin/pip" install -qq -e ".[browser]" 2>&1 | { grep -v "is ignored: it is neither" || true; }
 fi
 
 # ---------------------------------------------------------------- coding-agent CLIs
