@@ -26,6 +26,8 @@ while reads keep serving from the cache and log a warning.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import fnmatch
 import json
 import logging
@@ -34,6 +36,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
@@ -73,6 +76,18 @@ def scenario_ref(scenario: str) -> str:
     percent-encoded, so any scenario name makes a valid, reversible ref name."""
     return REF_PREFIX + quote(scenario, safe="").replace(".", "%2E").replace("~", "%7E")
 
+
+
+@contextlib.contextmanager
+def _process_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` across processes (several servers initialising one shared
+    repository at once would otherwise collide on git's ``config.lock``)."""
+    with open(path, "a+b") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 class GitArtifactStore(ArtifactStore):
     """Release chains in a bare git repository, refs moved by compare-and-swap."""
@@ -114,11 +129,11 @@ class GitArtifactStore(ArtifactStore):
     def _ensure_repo(self) -> None:
         if self._ready:
             return
-        with self._init_lock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._init_lock, _process_lock(self.path.parent / f".{self.path.name}.init-lock"):
             if self._ready:
                 return
             if not (self.path / "HEAD").exists():
-                self.path.parent.mkdir(parents=True, exist_ok=True)
                 git.Repo.init(self.path, bare=True, mkdir=True).close()
             wanted = {("gc", "auto"): "0"}
             if self.lfs_available:
@@ -140,7 +155,7 @@ class GitArtifactStore(ArtifactStore):
                 reader = repo.config_reader("repository")
                 # gitpython reads "0"/"true" back as 0/True, hence the comparison as lowercase text
                 missing = {k: v for k, v in wanted.items() if _config_text(reader.get_value(*k, default="")) != v}
-                if missing:  # written once, so processes starting together rarely race on config.lock
+                if missing:  # under the process lock: servers starting together never race on config.lock
                     with repo.config_writer() as cw:
                         for (section, option), value in missing.items():
                             cw.set_value(section, option, value)

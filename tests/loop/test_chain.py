@@ -170,12 +170,28 @@ def test_artifacts_with_links_or_odd_names_are_refused(tmp_path):
 
 
 class BarrierRecipe:
-    """Proposes a new rule, then holds its step until the test lets it go."""
+    """Proposes a new rule, then waits until two proposals exist before returning both
+    (servers with their own stores racing through one git remote: test_git_remote.py)."""
 
     update_target = "harness"
     filters = ("scored",)
     batch_size = 1
     default_evaluator = "always"
+    entered = threading.Event()
+    barrier = threading.Barrier(2, timeout=30)
+
+    def propose(self, batch, current_artifact, ctx):
+        art = ctx.new_artifact()
+        (art / "harness").mkdir(exist_ok=True)
+        (art / "harness" / "rules.md").write_text(f"- {batch.items[0].feedback_text()}\n")
+        type(self).entered.set()
+        type(self).barrier.wait()
+        return Candidate(scenario=batch.scenario, recipe="barrier", artifact_dir=art)
+
+
+class HoldRecipe(BarrierRecipe):
+    """Proposes a new rule, then holds its step until the test lets it go."""
+
     entered = threading.Event()
     go = threading.Event()
 
@@ -185,7 +201,7 @@ class BarrierRecipe:
         (art / "harness" / "rules.md").write_text(f"- {batch.items[0].feedback_text()}\n")
         type(self).entered.set()
         type(self).go.wait(30)
-        return Candidate(scenario=batch.scenario, recipe="barrier", artifact_dir=art)
+        return Candidate(scenario=batch.scenario, recipe="hold", artifact_dir=art)
 
 
 def _seed(store: RecordStore, scenario: str, n: int) -> None:
@@ -202,15 +218,15 @@ def test_two_servers_on_one_store_run_one_step_at_a_time(tmp_path):
     ``busy`` (the scenario's growth lease), so one release is published and no candidate is
     wasted. Races between servers with their own stores, through a shared git remote, end in
     ``conflict``: tests/loop/test_git_remote.py."""
-    add_plugin("recipe", "barrier", BarrierRecipe)
-    BarrierRecipe.entered.clear()
-    BarrierRecipe.go.clear()
+    add_plugin("recipe", "hold", HoldRecipe)
+    HoldRecipe.entered.clear()
+    HoldRecipe.go.clear()
 
     class Down:
         url, dialect = "http://127.0.0.1:9", "openai"
 
     config = feedback_rules_config(loop_enabled=False, evaluator={"name": "always"})
-    config["recipe"] = {"name": "barrier"}
+    config["recipe"] = {"name": "hold"}
     settings = settings_for(tmp_path, Down, config)
     one, two = (build_reef(settings, get_plugins(), background=False) for _ in range(2))
     _seed(one.store, "default", 2)
@@ -220,12 +236,12 @@ def test_two_servers_on_one_store_run_one_step_at_a_time(tmp_path):
             await reef.start()
         try:
             first = asyncio.create_task(one.learning.grow("default"))
-            await asyncio.to_thread(BarrierRecipe.entered.wait, 30)
+            await asyncio.to_thread(HoldRecipe.entered.wait, 30)
             second = await two.learning.grow("default")
-            BarrierRecipe.go.set()
+            HoldRecipe.go.set()
             return await first, second
         finally:
-            BarrierRecipe.go.set()
+            HoldRecipe.go.set()
             for reef in (one, two):
                 await reef.stop()
 

@@ -231,3 +231,23 @@ def test_remote_credentials_stay_out_of_logs_and_errors(tmp_path, caplog):
         store.publish("s", _artifact(tmp_path / "a", "- a\n"), _manifest("s", tmp_path / "a", "r1"), expected_head=None)
     assert "reef:***@127.0.0.1:9" in caplog.text and "reef:***@127.0.0.1:9" in str(err.value)
     assert "s3cret-token" not in caplog.text + str(err.value)
+
+
+def _init_store(path: str) -> str:
+    store = GitArtifactStore(path=path, remote=None)
+    store._ensure_repo()
+    return store.path.as_posix()
+
+
+def test_servers_starting_together_initialise_one_shared_repository(tmp_path):
+    """Processes opening one new shared repository at the same moment all succeed (a lock
+    across processes around git init and its config; git's config.lock used to make all
+    but one fail)."""
+    import multiprocessing
+
+    path = str(tmp_path / "shared" / "releases.git")
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        paths = pool.map(_init_store, [path] * 8)
+    assert set(paths) == {Path(path).as_posix()}
+    history = check_artifact_store(lambda: GitArtifactStore(path=path), tmp_path / "contract")
+    assert len(history) >= 2  # the repository they made is one the store contract holds on
