@@ -52,7 +52,7 @@ def demo(quick: bool, recipe: str, users: int | None, port: int, keep_serving: b
         raise click.ClickException(str(exc)) from None
     result.png = str(learning_curve(result, out / "learning-curve.png"))
     write_summary(result, out)
-    console.print(summary_panel(result))
+    console.print(summary_panel(result, serving=keep_serving))
     # the plain lines a script can read (summary.json has everything)
     click.echo(f"published={result.published} rejected={result.rejected} before={result.before:.3f} "
                f"after={result.after:.3f} seconds={result.seconds:.0f}")

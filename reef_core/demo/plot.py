@@ -19,8 +19,9 @@ def matplotlib_missing() -> str | None:
 
 
 def learning_curve(result: Any, path: Path) -> Path:
-    """Each round's mean score of the users' answers against the reports sent so far, the rounds
-    at which a new release was serving marked, and the held-out score before and after."""
+    """Each round's mean score of the users' answers against the reports sent so far, the first
+    round a new release answered marked; the held-out score before (at 0) and after (past the
+    last report)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -34,12 +35,14 @@ def learning_curve(result: Any, path: Path) -> Path:
     for p in result.curve:
         if p["serving"] and p["serving"] != last:
             ax.axvline(p["reports"], color="#2ca02c", linestyle=":", linewidth=1.2)
-            ax.annotate("new release serving", (p["reports"], 1.04), fontsize=8, color="#2ca02c", ha="center")
+            ax.annotate("a new release answers", (p["reports"], 1.04), fontsize=8, color="#2ca02c", ha="center")
         last = p["serving"]
-    end = xs[-1] if xs else 1
-    ax.hlines(result.before, 0, end, colors="#d62728", linestyles="--", label=f"held-out before: {result.before:.2f}")
-    ax.hlines(result.after, 0, end, colors="#2ca02c", linestyles="--", label=f"held-out after: {result.after:.2f}")
-    ax.set_xlim(0, end + 0.5)
+    end = (xs[-1] if xs else 0) + 1
+    ax.plot([0], [result.before], marker="s", markersize=9, linestyle="none", color="#d62728",
+            label=f"held-out, before learning: {result.before:.2f}")
+    ax.plot([end], [result.after], marker="s", markersize=9, linestyle="none", color="#2ca02c",
+            label=f"held-out, after learning: {result.after:.2f}")
+    ax.set_xlim(-0.5, end + 0.5)
     ax.set_ylim(-0.05, 1.12)
     ax.set_xlabel("reports sent")
     ax.set_ylabel("mean score (1 = the preference is met)")

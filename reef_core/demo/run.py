@@ -76,7 +76,7 @@ def server_config(recipe: str, plan: Plan, preference: Preference, gate: list[st
                       "confidence": 0.9, "params": {"temperature": 0, "max_tokens": preference.max_tokens},
                       "tasks": [{"id": f"gate-{i}", "prompt": q, "pattern": preference.pattern}
                                 for i, q in enumerate(gate)],
-                      "episode_timeout_s": 120, "timeout_s": 600, "concurrency": CONCURRENCY},
+                      "episode_timeout_s": 300, "timeout_s": 900, "concurrency": CONCURRENCY},
         "loop": {"enabled": True, "schedule_s": None},
     }
 
@@ -87,6 +87,7 @@ class Turn:
     question: str
     answer: str
     score: float
+    release: str | None
 
 
 @dataclass
@@ -99,7 +100,8 @@ class DemoResult:
     after: float
     published: int
     rejected: int
-    other_candidates: int
+    #: candidates neither published nor rejected, by status (``skipped``: the recipe had nothing new)
+    other_candidates: dict[str, int]
     learnt: list[str]
     curve: list[dict[str, Any]]
     settled: bool
@@ -150,9 +152,9 @@ def _scores(server: DemoServer, preference: Preference, questions: list[str], po
     task = progress.add_task(label, total=len(questions))
 
     def one(question: str) -> dict[str, Any]:
-        _, answer = server.ask(question, max_tokens=preference.max_tokens, tag="heldout")
+        _, answer, release = server.ask(question, max_tokens=preference.max_tokens, tag="heldout")
         progress.advance(task)
-        return {"question": question, "answer": answer, "score": preference.grade(answer)}
+        return {"question": question, "answer": answer, "score": preference.grade(answer), "release": release}
 
     return list(pool.map(one, questions))
 
@@ -186,11 +188,11 @@ def run_demo(*, recipe: str, plan: Plan, port: int, out: Path, console: Console,
                 traffic = progress.add_task("users ask, grade and report", total=len(qs.traffic))
 
                 def turn(user: str, question: str) -> Turn:
-                    receipt, answer = server.ask(question, max_tokens=preference.max_tokens, tag="traffic")
+                    receipt, answer, release = server.ask(question, max_tokens=preference.max_tokens, tag="traffic")
                     score = preference.grade(answer)
                     server.report(receipt, score, None if score >= 1.0 else preference.feedback, user)
                     progress.advance(traffic)
-                    return Turn(user, question, answer, score)
+                    return Turn(user, question, answer, score, release)
 
                 for r in range(plan.rounds):
                     chunk = qs.traffic[r * plan.users:(r + 1) * plan.users]
@@ -201,7 +203,8 @@ def run_demo(*, recipe: str, plan: Plan, port: int, out: Path, console: Console,
                     curve.append({"round": r + 1, "reports": (r + 1) * plan.users,
                                   "score": sum(t.score for t in turns) / len(turns),
                                   "published": screen.counts.get("published", 0),
-                                  "serving": screen.loop.get("serving_release_id")})
+                                  # the release that answered most of the round (None: the base)
+                                  "serving": Counter(t.release for t in turns).most_common(1)[0][0]})
                 settle = progress.add_task("learning settles (candidates gated, winners published)", total=None)
                 deadline, calm, settled = time.monotonic() + plan.settle_timeout_s, 0, False
                 while time.monotonic() < deadline:
@@ -223,7 +226,7 @@ def run_demo(*, recipe: str, plan: Plan, port: int, out: Path, console: Console,
             recipe=recipe, preference=preference.description, users=plan.users, reports=len(qs.traffic),
             before=_mean(before), after=_mean(after), published=counts.get("published", 0),
             rejected=counts.get("rejected", 0),
-            other_candidates=sum(n for s, n in counts.items() if s not in ("published", "rejected")),
+            other_candidates={s: n for s, n in counts.items() if s not in ("published", "rejected")},
             learnt=learnt, curve=curve, settled=settled, seconds=time.monotonic() - start,
             dashboard=f"{server.url}/ui", heldout_before=before, heldout_after=after)
         ok = True
@@ -244,13 +247,14 @@ def write_summary(result: DemoResult, out: Path) -> Path:
     return path
 
 
-def summary_panel(result: DemoResult) -> Panel:
+def summary_panel(result: DemoResult, *, serving: bool = False) -> Panel:
     """The closing summary: what was published and rejected, the score before and after, and
     what was learnt, said plainly (including when nothing was)."""
     lines = [
         f"recipe [bold]{result.recipe}[/bold]; the users' hidden preference: {result.preference}",
         f"{result.reports} reports from {result.users} users; releases published: [bold]{result.published}[/bold], "
-        f"candidates rejected: {result.rejected}" + (f", other: {result.other_candidates}" if result.other_candidates else ""),
+        f"candidates rejected: {result.rejected}"
+        + "".join(f", {status}: {n}" for status, n in sorted(result.other_candidates.items())),
         f"users' score on held-out questions: before [bold]{result.before:.2f}[/bold] → after [bold]{result.after:.2f}[/bold]",
     ]
     if result.learnt:
@@ -266,5 +270,7 @@ def summary_panel(result: DemoResult) -> Panel:
         lines.append("[yellow]Learning had not settled when the demo measured 'after'.[/yellow]")
     if result.png:
         lines.append(f"learning curve: {result.png}")
-    lines.append(f"dashboard: {result.dashboard}  ({result.seconds / 60:.1f} min)")
+    lines.append(f"dashboard: {result.dashboard}" + ("" if serving else "  (the server has stopped: --keep-serving "
+                                                      "keeps it open)"))
+    lines.append(f"took {result.seconds / 60:.1f} min")
     return Panel("\n".join(lines), title="reef demo", expand=False)

@@ -116,12 +116,13 @@ class DemoServer:
                                   default_headers={"x-reef-scenario": SCENARIO})
         return self._openai
 
-    def ask(self, prompt: str, *, max_tokens: int, tag: str) -> tuple[str, str]:
-        """(receipt, answer) of one greedy question."""
+    def ask(self, prompt: str, *, max_tokens: int, tag: str) -> tuple[str, str, str | None]:
+        """(receipt, answer, the release that answered: None for the base) of one greedy question."""
         raw = self.openai.chat.completions.with_raw_response.create(
             model=self.model, messages=[{"role": "user", "content": prompt}], temperature=0.0,
             max_tokens=max_tokens, extra_headers={"x-reef-tag-demo": tag})
-        return raw.headers["x-reef-agent-record-id"], raw.parse().choices[0].message.content or ""
+        return (raw.headers["x-reef-agent-record-id"], raw.parse().choices[0].message.content or "",
+                raw.headers.get("x-reef-release-id") or None)
 
     def report(self, receipt: str, score: float, feedback: str | None, user: str) -> None:
         body: dict[str, Any] = {"references": [receipt], "score": score, "metadata": {"user": user}}
