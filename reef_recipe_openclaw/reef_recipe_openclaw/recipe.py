@@ -5,28 +5,34 @@ traffic into judged turns and stores each one that trains as a report; explicit 
 a record work too (their score is the reward, their feedback text a hint). ``propose`` trains
 one batch of them (``learner.py``) and returns the new adapter; the candidate's metadata and
 one line of ``prm_record_file`` per batch say, for every turn, the judge's votes, the hints,
-the reward and the dispatch.
+the reward and the dispatch. The training itself is ``step.train_step``, run by the trainer
+backend the ``trainer`` option names (in process, or one Ray task).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Literal
 
 from reef_core import ActiveRelease, Batch, Candidate, Experience, Recipe, RecipeContext, require_trainable
+from reef_train.backend import TrainerError, make_trainer
 
 from .dispatch import dispatch
 from .judge import check_judge_spec, judge_spec
-from .learner import Learner, LearnerOptions, TrainTurn, teacher_prompt_ids
+from .learner import LearnerOptions, TrainTurn, teacher_prompt_ids
 from .loss import HINT_SELECTIONS
 from .prm import MIN_HINT_CHARS
 from .processor import METADATA_KEY, ProcessorOptions, TurnProcessor, capture_problem
+from .step import StepPayload, train_step
 
 HintSelection = Literal["shortest", "token_optimal", "sequence_optimal"]
 SubsetMode = Literal["student", "teacher", "overlap"]
+#: the policy's LoRA in a candidate (``reef_train.save_adapter``)
+ADAPTER_DIR = "adapter"
 
 
 class OpenClawRecipe(Recipe):
@@ -67,6 +73,7 @@ class OpenClawRecipe(Recipe):
         max_grad_norm: float = 1.0,
         device: str = "auto",
         seed: int = 0,
+        trainer: dict[str, Any] | None = None,
         state_dir: str | Path | None = None,
     ):
         problems = []
@@ -92,6 +99,11 @@ class OpenClawRecipe(Recipe):
             problems.append("subset_mode must be student, teacher or overlap")
         if lr <= 0 or weight_decay < 0 or lora_rank < 1 or lora_alpha < 1 or max_grad_norm <= 0:
             problems.append("lr, lora_rank, lora_alpha and max_grad_norm must be above 0, weight_decay 0 or more")
+        try:
+            #: where the training step runs (``reef_train.make_trainer``: local or ray)
+            self.trainer = make_trainer(trainer)
+        except (ValueError, TrainerError) as exc:
+            problems.append(str(exc))
         if problems:
             raise ValueError("; ".join(problems))
         check_judge_spec(judge)
@@ -201,13 +213,17 @@ class OpenClawRecipe(Recipe):
             turn.teacher_prompts = [turn.prompt_ids if hint is None else
                                     teacher_prompt_ids(tokenizer, rec.request or {}, rec.route, hint)
                                     for hint in turn.hints]
-        with ctx.progress.task(f"openclaw: {len(turns)} turn(s)", total=2) as bar:
-            learner = Learner(self.learner_options, base, runtime.adapter_of(current))
-            bar.advance()
-            metrics = learner.train([t for _, t in turns])
-            bar.advance()
+        local = self.trainer.options.backend == "local"
+        payload = StepPayload(options=self.learner_options, turns=[t for _, t in turns],
+                              device=getattr(base, "device", None) if local else "auto")
         artifact = ctx.new_artifact()
-        learner.save(artifact)
+        shutil.rmtree(artifact / ADAPTER_DIR, ignore_errors=True)  # the step writes it afresh (a remote one over this copy)
+        with ctx.progress.task(f"openclaw: {len(turns)} turn(s) ({self.trainer.options.backend})", total=1) as bar:
+            # a TrainerError (the step failed or was lost on Ray) propagates: the candidate fails
+            # with its sentence, nothing is published
+            metrics = self.trainer.run(train_step, payload, output=artifact,
+                                       inputs={"base": base.path, "adapter": runtime.adapter_of(current)})
+            bar.advance()
         record.update(metrics=metrics, candidate=True)
         self._write_record(batch.scenario, record)
         ctx.log.info("openclaw: %d turn(s), reward %.3f, loss %.4f (rl %.4f, opd %.4f)", len(turns),

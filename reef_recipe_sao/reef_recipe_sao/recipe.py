@@ -4,7 +4,9 @@ Each eligible report with a finite score and exactly one reference is one rollou
 record's prompt and response token ids and its sampling logprobs (with their temperature)
 are what the step trains on. ``batch_size`` of them make one optimizer step, and each step
 that updates the policy is one candidate (``adapter/`` plus ``learner/``), gated by
-``task_suite`` on held-out tasks. See README.md for the algorithm and every option.
+``task_suite`` on held-out tasks. The training itself is ``step.train_step``, run by the
+trainer backend the ``trainer`` option names (in process, or one Ray task). See README.md for
+the algorithm and every option.
 """
 
 from __future__ import annotations
@@ -16,10 +18,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from reef_core import ActiveRelease, Batch, Candidate, Experience, Recipe, RecipeContext, require_trainable
+from reef_train.backend import TrainerError, make_trainer
 
-from .learner import LEARNER_DIR, Learner, LearnerOptions, Rollout, read_state
+from .learner import LEARNER_DIR, LearnerOptions, Rollout, read_state
+from .step import StepPayload, train_step
 
 Mode = Literal["sao", "grpo_dis"]
+#: the policy's LoRA in a candidate (``reef_train.save_adapter``)
+ADAPTER_DIR = "adapter"
 
 
 class SAORecipe(Recipe):
@@ -50,6 +56,7 @@ class SAORecipe(Recipe):
         max_grad_norm: float = 1.0,
         device: str = "auto",
         seed: int = 0,
+        trainer: dict[str, Any] | None = None,
         state_dir: str | Path | None = None,
     ):
         problems = []
@@ -77,6 +84,11 @@ class SAORecipe(Recipe):
                             "holds whole groups")
         if lora_rank < 1 or lora_alpha < 1 or max_grad_norm <= 0:
             problems.append("lora_rank, lora_alpha and max_grad_norm must be above 0")
+        try:
+            #: where the training step runs (``reef_train.make_trainer``: local or ray)
+            self.trainer = make_trainer(trainer)
+        except (ValueError, TrainerError) as exc:
+            problems.append(str(exc))
         if problems:
             raise ValueError("; ".join(problems))
         self.mode = mode
@@ -116,14 +128,20 @@ class SAORecipe(Recipe):
         tokenizer = load_tokenizer(base)
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         chunks = self.steps_of(rollouts)
-        with ctx.progress.task(f"sao ({self.mode}): {len(chunks)} step(s), {len(rollouts)} rollouts",
-                               total=len(chunks) + 1) as bar:
-            learner = Learner(self.options, base, runtime.adapter_of(current), learner_dir, pad_id=pad_id, log=ctx.log)
+        local = self.trainer.options.backend == "local"
+        payload = StepPayload(options=self.options, chunks=chunks, pad_id=int(pad_id),
+                              device=getattr(base, "device", None) if local else "auto")
+        artifact = ctx.new_artifact()
+        for written in (ADAPTER_DIR, LEARNER_DIR):  # the step writes them afresh (a remote one over this copy)
+            shutil.rmtree(artifact / written, ignore_errors=True)
+        with ctx.progress.task(f"sao ({self.mode}): {len(chunks)} step(s), {len(rollouts)} rollouts "
+                               f"({self.trainer.options.backend})", total=1) as bar:
+            # a TrainerError (the step failed or was lost on Ray) propagates: the candidate fails
+            # with its sentence, nothing is published
+            result = self.trainer.run(train_step, payload, output=artifact, inputs={
+                "base": base.path, "adapter": runtime.adapter_of(current), "learner": learner_dir})
             bar.advance()
-            steps = []
-            for chunk in chunks:
-                steps.append(learner.step(chunk))
-                bar.advance()
+        steps, state = result["steps"], result["state"]
         metrics = dict(steps[-1])  # the last step's losses and norms, the counts over every step
         metrics["actor_updated"] = any(m.get("actor_updated") for m in steps)
         for key in {k for m in steps for k in m if k == "rollouts_used" or k.startswith("rollouts_dropped")}:
@@ -140,19 +158,16 @@ class SAORecipe(Recipe):
             if metrics.get("rollouts_used", 0):
                 # critic only: the policy is unchanged, so there is nothing to gate; keep the
                 # critic on top of the serving release for the next step
-                self.store_warmup(learner, key)
+                self.store_warmup(artifact / LEARNER_DIR, key)
             return None
-        artifact = ctx.new_artifact()
-        learner.save(artifact)
-        state = learner.state
         return Candidate(
             scenario=batch.scenario, recipe=ctx.recipe, artifact_dir=artifact,
             base_release_id=current.release_id if current else None,
             summary=(f"{self.mode} step {metrics['step']}: {metrics['rollouts_used']} rollout(s), "
                      f"reward {metrics['reward_mean']:.3f}, clipfrac {metrics['pg_clipfrac']:.3f}"),
             metadata={"sao": {"mode": self.mode, "metrics": metrics, "learner_from": source,
-                              "steps": state.steps, "actor_steps": state.actor_steps,
-                              "critic_steps": state.critic_steps, "rollouts_used_total": state.rollouts_used}},
+                              "steps": state["steps"], "actor_steps": state["actor_steps"],
+                              "critic_steps": state["critic_steps"], "rollouts_used_total": state["rollouts_used"]}},
         )
 
     def steps_of(self, rollouts: list[Rollout]) -> list[list[Rollout]]:
@@ -216,12 +231,12 @@ class SAORecipe(Recipe):
             return current.path / LEARNER_DIR, "the serving release"
         return None, "new"
 
-    def store_warmup(self, learner: Learner, key: Path) -> None:
-        """Write warm-up state for ``key``'s release atomically; drop other releases' warm-ups
-        of the scenario (a published release carries its own state)."""
+    def store_warmup(self, learner_dir: Path, key: Path) -> None:
+        """Keep the step's ``learner_dir`` as warm-up state for ``key``'s release, atomically;
+        drop other releases' warm-ups of the scenario (a published release carries its own state)."""
         scenario_dir = key.parent.parent
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=_mkdir(scenario_dir)))
-        learner.save_learner(tmp / LEARNER_DIR)
+        shutil.copytree(learner_dir, tmp / LEARNER_DIR)
         if key.parent.exists():
             shutil.rmtree(key.parent)
         tmp.rename(key.parent)
