@@ -1,6 +1,6 @@
 """Proxy overhead: direct to a stub model vs through Reef vs through the LiteLLM proxy.
 
-    python bench/proxy_overhead.py [--seconds 3] [--rounds 3] [--no-litellm]
+    python bench/proxy_overhead.py [--seconds 3] [--rounds 3] [--no-litellm] [--workers 1,2]
 
 Starts a fast stub upstream (raw ASGI under uvicorn), a ``reef serve`` in front of it (one
 worker, SQLite, every record durable), and, when installed, a LiteLLM proxy whose
@@ -11,7 +11,9 @@ round after round, so drift (thermal, page cache, other tenants) hits all of the
 The load generator is a minimal keep-alive HTTP/1.1 client on asyncio streams: a heavier
 client (httpx) would eat the CPU the servers need on a small machine. Reported per target:
 requests/s, latency p50/p99, time to first byte for streams, latency added over direct, and
-CPU seconds used by the target's processes per 1,000 requests (from /proc).
+CPU seconds used by the target's processes per 1,000 requests (from /proc), the tail as
+p99/p50, and — with ``--workers 1,2`` — one Reef per worker count (``reef``, ``reef-w2``, all
+on one store kind, every record durable) with each one's throughput relative to one worker.
 """
 
 from __future__ import annotations
@@ -241,7 +243,8 @@ class Target:
 
 
 def start_targets(tmp: Path, with_litellm: bool, reef_state: Path | None = None,
-                  reef_synchronous: str = "full") -> tuple[list[Target], list[subprocess.Popen]]:
+                  reef_synchronous: str = "full",
+                  workers: tuple[int, ...] = (1,)) -> tuple[list[Target], list[subprocess.Popen]]:
     procs = []
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
@@ -252,19 +255,22 @@ def start_targets(tmp: Path, with_litellm: bool, reef_state: Path | None = None,
         raise SystemExit("the stub upstream did not start")
     targets = [Target("direct", stub_port, "/v1/chat/completions", stub)]
 
-    reef_port = free_port()
     # Both proxies check a bearer token on every request, as they would in production.
     reef_env = {**env, "REEF_PLUGINS": "", "REEF_TOKEN": BENCH_KEY}
-    reef = subprocess.Popen([sys.executable, "-c", "from reef_core.cli import main; main()", "serve",
-                             f"server.port={reef_port}", f"server.state_dir={reef_state or tmp / 'reef'}",
-                             f"runtime.upstream_url=http://127.0.0.1:{stub_port}", "server.log_level=warning",
-                             f"record_store.synchronous={reef_synchronous}"],
-                            env=reef_env)
-    procs.append(reef)
-    if not wait_http(reef_port, "/readyz", reef):
-        raise SystemExit("reef serve did not start")
     auth = b"authorization: Bearer " + BENCH_KEY.encode() + b"\r\n"
-    targets.append(Target("reef", reef_port, "/v1/chat/completions", reef, auth))
+    for n in workers:
+        name = "reef" if n == 1 else f"reef-w{n}"
+        reef_port = free_port()
+        state = (reef_state / name) if reef_state else tmp / name
+        reef = subprocess.Popen([sys.executable, "-c", "from reef_core.cli import main; main()", "serve",
+                                 f"server.port={reef_port}", f"server.state_dir={state}", f"server.workers={n}",
+                                 f"runtime.upstream_url=http://127.0.0.1:{stub_port}", "server.log_level=warning",
+                                 f"record_store.synchronous={reef_synchronous}"],
+                                env=reef_env)
+        procs.append(reef)
+        if not wait_http(reef_port, "/readyz", reef):
+            raise SystemExit(f"reef serve ({n} worker(s)) did not start")
+        targets.append(Target(name, reef_port, "/v1/chat/completions", reef, auth))
 
     if with_litellm:
         exe = shutil.which("litellm") or str(Path(sys.executable).parent / "litellm")
@@ -329,14 +335,18 @@ def summarize(results, stream: bool, concurrency: int) -> list[str]:
                         "errors": sum(w.errors for w in wins),
                         "cpu_per_1k": (sum(w.cpu for w in wins) / n * 1000) if n else float("nan")}
     d = merged["direct"]
+    one = merged.get("reef")
     lines = [f"\n## {'streaming' if stream else 'non-streaming'}, concurrency {concurrency}",
-             f"{'target':<8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'ttfb50':>8} {'+p50 ms':>8} "
-             f"{'+p99 ms':>8} {'+ttfb50':>8} {'cpu s/1k':>9} {'errors':>6}"]
+             f"{'target':<8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'p99/p50':>7} {'ttfb50':>8} {'+p50 ms':>8} "
+             f"{'+p99 ms':>8} {'+ttfb50':>8} {'cpu s/1k':>9} {'x 1 wkr':>7} {'errors':>6}"]
     for name, m in merged.items():
         add = name != "direct"
-        lines.append(f"{name:<8} {m['rps']:>8.0f} {m['p50']:>8.2f} {m['p99']:>8.2f} {m['fb50']:>8.2f} "
-                     f"{(m['p50'] - d['p50']) if add else 0:>8.2f} {(m['p99'] - d['p99']) if add else 0:>8.2f} "
-                     f"{(m['fb50'] - d['fb50']) if add else 0:>8.2f} {m['cpu_per_1k']:>9.2f} {m['errors']:>6}")
+        # Worker scaling: each Reef's throughput over the one-worker Reef's, measured in the same run.
+        scale = f"{m['rps'] / one['rps']:>7.2f}" if name.startswith("reef") and one and one["rps"] else f"{'':>7}"
+        lines.append(f"{name:<8} {m['rps']:>8.0f} {m['p50']:>8.2f} {m['p99']:>8.2f} {m['p99'] / m['p50']:>7.1f} "
+                     f"{m['fb50']:>8.2f} {(m['p50'] - d['p50']) if add else 0:>8.2f} "
+                     f"{(m['p99'] - d['p99']) if add else 0:>8.2f} {(m['fb50'] - d['fb50']) if add else 0:>8.2f} "
+                     f"{m['cpu_per_1k']:>9.2f} {scale} {m['errors']:>6}")
     if "litellm" in merged and "reef" in merged:
         r, lt = merged["reef"], merged["litellm"]
         lines.append(f"reef/litellm: throughput x{r['rps'] / lt['rps']:.2f}, added p50 "
@@ -357,21 +367,26 @@ def main() -> None:
                          "survives a crash of Reef but not a power loss")
     ap.add_argument("--reef-state-dir", type=Path, help="Reef's state dir (e.g. on tmpfs, to see what "
                                                          "fsync costs); a fresh temporary one by default")
+    ap.add_argument("--workers", default="1", help="server.workers of each Reef to start, comma-separated "
+                                                     "(e.g. 1,2: the x 1 wkr column is the scaling)")
     ap.add_argument("--stub", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.stub:
         run_stub(args.stub)
         return
     tmp = Path(tempfile.mkdtemp(prefix="reef-bench-"))
-    targets, procs = start_targets(tmp, not args.no_litellm, args.reef_state_dir, args.reef_synchronous)
+    workers = tuple(sorted({int(w) for w in args.workers.split(",")} | {1}))
+    targets, procs = start_targets(tmp, not args.no_litellm, args.reef_state_dir, args.reef_synchronous, workers)
     print(f"targets: {', '.join(t.name for t in targets)}; {os.cpu_count()} CPUs; "
-          f"{args.rounds} rounds x {args.seconds}s per target and scenario")
+          f"{args.rounds} rounds x {args.seconds}s per target and scenario; "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     try:
         modes = [m.strip() for m in args.modes.split(",")]
         for stream in [s for s, name in ((False, "plain"), (True, "stream")) if name in modes]:
             for c in (int(x) for x in args.concurrency.split(",")):
                 res = asyncio.run(scenario(targets, stream, c, args.seconds, args.rounds))
                 print("\n".join(summarize(res, stream, c)), flush=True)
+                print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     finally:
         for p in reversed(procs):
             p.send_signal(signal.SIGTERM)

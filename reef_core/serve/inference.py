@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import anyio
+from sqlalchemy.orm import instrumentation
 from starlette.responses import Response, StreamingResponse
 
 from ..errors import RuntimeCallError
@@ -80,7 +81,7 @@ class Exchange:
         model = response.get("model") if isinstance(response, dict) and response.get("model") else None
         if model is None and call is not None:
             model = call.body.get("model")
-        return Record(
+        return _new_record(
             id=self.record_id, scenario=self.scenario, kind="inference", session=self.session, tags=self.tags,
             created_at=self.created_at, finished_at=datetime.now(timezone.utc), release_id=self.release_id,
             runtime=runtime, model=_text_column(model), route=self.route,
@@ -93,6 +94,24 @@ class Exchange:
             finish_reason=_text_column(extras.get("finish_reason") or _finish_reason(response), 32),
             adapter=extras.get("adapter"),
         )
+
+
+_RECORD_MANAGER = instrumentation.manager_of_class(Record)
+
+
+def _new_record(**fields: Any) -> Record:
+    """A ``Record`` built for the writer, at about a fifth of the constructor's cost.
+
+    ``Record(**fields)`` routes every column through SQLModel's and SQLAlchemy's per-attribute
+    instrumentation: ~0.1 ms of event-loop CPU per request, the largest single item of Reef's
+    own code in a profile at concurrency 32. A table model does not validate in its
+    constructor anyway, so ``model_construct`` (same defaults, same fields set) plus the ORM
+    state SQLAlchemy would attach gives an equal instance: it inserts, compares and dumps the
+    same, and later attribute sets (the writer's ``content_hash``) are tracked as usual.
+    """
+    record = Record.model_construct(**fields)
+    _RECORD_MANAGER._new_state_if_none(record)
+    return record
 
 
 def _text_column(value: Any, limit: int = 200) -> str | None:
