@@ -47,7 +47,7 @@ def learning_curve(result: Any, path: Path) -> Path:
     ax.set_xlabel("reports sent")
     ax.set_ylabel("mean score (1 = the preference is met)")
     ax.set_title(f"reef demo: {result.recipe} learns \u201c{result.preference}\u201d", fontsize=10)
-    ax.legend(loc="center right", fontsize=8)
+    ax.legend(loc="lower right", fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
