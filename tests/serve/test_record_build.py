@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import datetime, timezone
 
 from sqlmodel import select
@@ -39,3 +41,19 @@ def test_stored_through_the_store_and_through_an_orm_session(tmp_path):
         session.add(_new_record(**_fields("rec_orm")))
         session.commit()
         assert session.exec(select(Record).where(Record.id == "rec_orm")).one().usage == {"prompt_tokens": 1}
+
+
+def test_readable_in_a_fresh_process(tmp_path):
+    """The first record of a new worker, before anything queried the store: the ORM's mappers
+    are configured by whoever builds the first instance, here the cheap constructor."""
+    code = ("import sys; from datetime import datetime, timezone;"
+            "from reef_core.serve.inference import _new_record;"
+            "from reef_core.store import RecordStore;"
+            "now = datetime.now(timezone.utc);"
+            "r = _new_record(id='rec_1', scenario='s', created_at=now, request={'a': 1}, status='ok');"
+            "assert r.request == {'a': 1} and r.kind == 'inference', r;"
+            "store = RecordStore(sys.argv[1], migrate=True); store.add_records([r]);"
+            "assert store.get_record('rec_1').request == {'a': 1}")
+    done = subprocess.run([sys.executable, "-c", code, f"sqlite:///{tmp_path / 'r.db'}"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
