@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reef_train import base_input
+
 from .learner import Learner, LearnerOptions, TrainTurn
 
 
@@ -31,20 +33,9 @@ class StepPayload:
     device: str | None = "auto"
 
 
-@dataclass(frozen=True)
-class StepBase:
-    """The served base as the worker sees it (``reef_train.load_trainable`` reads ``path`` and ``device``)."""
-
-    path: Path
-    device: str | None = "auto"
-
-
 def train_step(payload: StepPayload, inputs: dict[str, Path | None], output: Path) -> dict[str, Any]:
     """Continue the policy from ``inputs``, train it on the turns, write ``output/adapter``."""
-    base_dir = inputs["base"]
-    if base_dir is None:
-        raise ValueError("the OpenClaw step needs the base model directory (inputs['base'])")
-    learner = Learner(payload.options, StepBase(path=Path(base_dir), device=payload.device), inputs.get("adapter"))
+    learner = Learner(payload.options, base_input(inputs, "OpenClaw", device=payload.device), inputs.get("adapter"))
     metrics = learner.train(payload.turns)
     learner.save(output)
     return metrics

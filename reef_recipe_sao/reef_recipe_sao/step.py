@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reef_train import base_input
+
 from .learner import LEARNER_DIR, Learner, LearnerOptions, Rollout
 
 log = logging.getLogger("reef.recipe.sao")
@@ -38,20 +40,9 @@ class StepPayload:
     device: str | None = "auto"
 
 
-@dataclass(frozen=True)
-class StepBase:
-    """The served base as the worker sees it (``reef_train.load_trainable`` reads ``path`` and ``device``)."""
-
-    path: Path
-    device: str | None = "auto"
-
-
 def train_step(payload: StepPayload, inputs: dict[str, Path | None], output: Path) -> dict[str, Any]:
     """Load the learner from ``inputs``, run every optimizer step, write what changed to ``output``."""
-    base_dir = inputs["base"]
-    if base_dir is None:
-        raise ValueError("the SAO step needs the base model directory (inputs['base'])")
-    base = StepBase(path=Path(base_dir), device=payload.device)
+    base = base_input(inputs, "SAO", device=payload.device)
     learner = Learner(payload.options, base, inputs.get("adapter"), inputs.get("learner"), pad_id=payload.pad_id,
                       log=log)
     steps = [learner.step(chunk) for chunk in payload.chunks]

@@ -24,10 +24,12 @@ The pieces, each usable alone:
 * ``backend`` — ``make_trainer``: where a recipe's training step runs, from its ``trainer``
   option: ``local`` (in process) or ``ray`` (one Ray task with the resources asked for,
   ``reef-train[ray]``); a failed or lost step is a ``TrainerError``, never a crash;
+  ``base_input`` reads a step's ``base`` input as a ``WorkerBase`` (the served base as the
+  worker sees it, for ``load_trainable``);
 * ``testing`` — a tiny random model built offline, for tests of the toolkit and its users.
 """
 
-from .backend import LocalTrainer, Trainer, TrainerError, TrainerOptions, make_trainer
+from .backend import LocalTrainer, Trainer, TrainerError, TrainerOptions, WorkerBase, base_input, make_trainer
 from .data import Sample, TokenBatch, collate
 from .logprobs import reference_logprobs, response_logprobs, token_logprobs
 from .losses import (
@@ -60,6 +62,8 @@ __all__ = [
     "Trainer",
     "TrainerError",
     "TrainerOptions",
+    "WorkerBase",
+    "base_input",
     "collate",
     "dis_loss",
     "dis_weights",

@@ -9,6 +9,8 @@ must pickle), ``inputs`` names the directories it reads (the base model, the ada
 continues from), ``output`` is the empty directory it writes the candidate's ``adapter/`` (and
 any state) into; it returns small, picklable metrics. The function must be importable by
 name (a module-level function of an installed package), so a remote worker can load it.
+``base_input(inputs, recipe, device=...)`` reads its ``base`` input as a ``WorkerBase``, the
+served base ``load_trainable`` takes.
 
 ``make_trainer(options)`` picks where it runs, from the recipe's ``trainer`` option:
 
@@ -51,6 +53,27 @@ TrainStep = Callable[[Any, dict[str, "Path | None"], Path], Any]
 class TrainerError(RuntimeError):
     """The training step failed or was lost on its backend: the candidate fails, nothing is
     published, the server carries on."""
+
+
+@dataclass(frozen=True)
+class WorkerBase:
+    """The served base model as a training step sees it where it runs: ``path`` is its
+    directory there (``inputs["base"]``, unpacked on a Ray worker), ``device`` where training
+    goes (``auto`` on a remote worker, whose devices are its own). Duck-types the
+    ``reef_core.ServedBase`` that ``load_trainable`` / ``load_tokenizer`` read (``path``,
+    ``device``), so a step function needs no runtime."""
+
+    path: Path
+    device: str | None = "auto"
+
+
+def base_input(inputs: Mapping[str, str | Path | None], recipe: str, *, device: str | None = "auto") -> WorkerBase:
+    """The ``base`` input of a training step as a ``WorkerBase`` on ``device``. ValueError names
+    the ``recipe`` when the trainer was given no base model directory."""
+    base_dir = inputs.get("base")
+    if base_dir is None:
+        raise ValueError(f"the {recipe} step needs the base model directory (inputs['base'])")
+    return WorkerBase(path=Path(base_dir), device=device)
 
 
 @dataclass(frozen=True)
