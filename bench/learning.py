@@ -27,8 +27,6 @@ import argparse
 import os
 import secrets
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,9 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-import yaml
-from openai import OpenAI
+from reef_core.testing.serve_process import ServeProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learning_tasks import RECIPES, RecipeBench, Split, Task, summary_line  # noqa: E402
@@ -76,12 +72,6 @@ class Runtime:
                    {"upstream_url": endpoint, "model": model})
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def reflection_model(url: str | None, model: str | None) -> dict[str, Any] | None:
     """The recipe's reflection model at ``--reflection-url``; the key is read by the server from
     ``$REEF_REFLECTION_API_KEY`` (the config file names the variable, never the secret)."""
@@ -103,79 +93,28 @@ def server_config(bench: RecipeBench, mode: str | None, seed: int, split: Split,
     }
 
 
-class ReefProcess:
-    """``python -m reef_core serve -c <file>`` on a free loopback port with its own state
-    directory and admin token; stopped with SIGINT (a clean shutdown), killed if it hangs."""
+class ReefProcess(ServeProcess):
+    """A bench server (``reef_core.testing.serve_process``): ``python -m reef_core serve -c
+    <file>`` on a free loopback port with its own state directory and admin token, the runtime
+    both servers share, and half the machine's cores for torch."""
 
     def __init__(self, name: str, workdir: Path, config: dict[str, Any], runtime: Runtime,
                  evaluator: str | None = "task_suite"):
         self.name = name
-        self.dir = workdir / name
-        self.dir.mkdir(parents=True)
-        self.port = _free_port()
-        self.token = secrets.token_urlsafe(16)
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = {**config, "auth": {"tokens": [{"token": self.token, "role": "admin", "scenarios": None}]}}
+        (workdir / name).mkdir(parents=True)  # a fresh state directory, never a previous run's
+        config = dict(config)
         if runtime.options:
             config["runtime"] = dict(runtime.options)
-        self.config_file = self.dir / "reef.yaml"
-        self.config_file.write_text(yaml.safe_dump(config, sort_keys=False))
-        self.log_path = self.dir / "serve.log"
-        self.argv = [sys.executable, "-m", "reef_core", "serve", "-c", str(self.config_file), *runtime.overrides,
-                     *([f"evaluator={evaluator}"] if evaluator else []),
-                     f"server.state_dir={self.dir / 'state'}", f"server.port={self.port}"]
-        self.proc: subprocess.Popen | None = None
-        self.http = httpx.Client(base_url=self.url, timeout=120,
-                                 headers={"authorization": f"Bearer {self.token}", "x-reef-scenario": SCENARIO})
-        self.openai = OpenAI(base_url=f"{self.url}/v1", api_key=self.token, max_retries=2, timeout=300,
-                             default_headers={"x-reef-scenario": SCENARIO})
-        self.model = ""
-
-    def start(self) -> None:
-        env = {k: v for k, v in os.environ.items() if k not in ("REEF_URL", "REEF_TOKEN")}
-        env.setdefault("HF_HUB_OFFLINE", "1")
-        env.setdefault("TRANSFORMERS_OFFLINE", "1")
         # Two servers share the machine: each gets half the cores for torch. With every server
         # on all of them (torch's default), a training step next to decoding in the other server
         # ran 3.8x slower than alone instead of 2x (2 cores: 9.1 s vs 2.4 s a step; 4.0 s at one
         # thread each), and the seed's traffic stalled behind it.
         threads = str(max(1, (os.cpu_count() or 2) // 2))
-        env.setdefault("OMP_NUM_THREADS", threads)
-        env.setdefault("MKL_NUM_THREADS", threads)
-        with open(self.log_path, "w") as log:
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True)
-
-    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc is None or self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} server exited during start-up:\n{self.log_tail()}")
-            try:
-                if self.http.get("/readyz", timeout=2).status_code == 200:
-                    self.model = self.http.get("/v1/models").json()["data"][0]["id"]
-                    return
-            except (httpx.HTTPError, LookupError, ValueError):
-                pass
-            time.sleep(0.25)
-        raise RuntimeError(f"{self.name} server not ready after {timeout:.0f} s:\n{self.log_tail()}")
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.http.close()
-        self.openai.close()
+        super().__init__(workdir / name, config,
+                         [*runtime.overrides, *([f"evaluator={evaluator}"] if evaluator else [])],
+                         token=secrets.token_urlsafe(16), scenario=SCENARIO,
+                         env={"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads},
+                         label=f"{name} server", ready_timeout=READY_TIMEOUT_S, http_timeout=120.0)
 
     # ---------------------------------------------------------------- what a user does
 
