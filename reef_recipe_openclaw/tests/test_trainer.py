@@ -12,12 +12,18 @@ import torch
 from safetensors.torch import load_file
 
 from reef_core import ActiveRelease, Batch, ConfigError, Experience
-from reef_core.plugins import get_plugins, instantiate
-from reef_core.testing import recipe_context
+from reef_core.testing import build_configured, recipe_context
 from reef_recipe_openclaw import OpenClawRecipe
 from reef_recipe_openclaw.processor import METADATA_KEY
 from reef_recipe_openclaw.testing import SCENARIO, ScriptedTrainable, chat_record, token_capture
 from reef_train import LocalTrainer
+
+
+def _trainer_overrides(recipe: str, trainer: dict) -> list[str]:
+    """Command-line overrides setting ``recipe.trainer`` (``backend`` is in the recipe's yaml;
+    other keys are added with ``+``), as a user would type them."""
+    return [f"recipe={recipe}", *(f"{'' if key == 'backend' else '+'}recipe.trainer.{key}={value}"
+                                  for key, value in trainer.items())]
 
 
 @pytest.mark.parametrize(("trainer", "problem"), [
@@ -28,7 +34,7 @@ from reef_train import LocalTrainer
 ])
 def test_a_bad_trainer_option_is_a_config_error(trainer, problem):
     with pytest.raises(ConfigError, match="invalid options in recipe for recipe 'openclaw'") as err:
-        instantiate("recipe", "openclaw", {"trainer": trainer}, get_plugins())
+        build_configured("recipe", _trainer_overrides("openclaw", trainer))
     assert problem in str(err.value)
     assert isinstance(OpenClawRecipe().trainer, LocalTrainer)       # the default: in process
 

@@ -14,12 +14,19 @@ import torch
 from safetensors.torch import load_file
 
 from reef_core import ConfigError
-from reef_core.plugins import get_plugins, instantiate
+from reef_core.testing import build_configured
 from reef_recipe_sao import SAORecipe
 from reef_recipe_sao.learner import read_state
 from reef_recipe_sao.testing import SCENARIO, context, release_of, sampled_batch
 from reef_train import LocalTrainer
 from reef_train.testing import prompt_ids
+
+
+def _trainer_overrides(recipe: str, trainer: dict) -> list[str]:
+    """Command-line overrides setting ``recipe.trainer`` (``backend`` is in the recipe's yaml;
+    other keys are added with ``+``), as a user would type them."""
+    return [f"recipe={recipe}", *(f"{'' if key == 'backend' else '+'}recipe.trainer.{key}={value}"
+                                  for key, value in trainer.items())]
 
 
 @pytest.mark.parametrize(("trainer", "problem"), [
@@ -29,7 +36,7 @@ from reef_train.testing import prompt_ids
 ])
 def test_a_bad_trainer_option_is_a_config_error(trainer, problem):
     with pytest.raises(ConfigError, match="invalid options in recipe for recipe 'sao'") as err:
-        instantiate("recipe", "sao", {"trainer": trainer}, get_plugins())
+        build_configured("recipe", _trainer_overrides("sao", trainer))
     assert problem in str(err.value)
     assert isinstance(SAORecipe().trainer, LocalTrainer)       # the default: in process
     assert isinstance(SAORecipe(trainer={}).trainer, LocalTrainer)
