@@ -9,7 +9,6 @@ import math
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import AutoTokenizer
 
 from reef_train import (
     PolicyTrainer,
@@ -33,11 +32,6 @@ from reef_train import (
 from reef_train.testing import prompt_ids, train_word_adapter
 
 PROMPTS = ["hello", "what is two plus two?", "tell me a story", "hi there"]
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_dir):
-    return AutoTokenizer.from_pretrained(str(tiny_model_dir))
 
 
 def test_rollout_logprobs_match_recompute(tiny_model_dir, tokenizer):
