@@ -10,7 +10,10 @@ score at the end of the budget and the fraction of valid outputs in the first an
 
 Usage:
     python bench/learning.py tttd [--seeds 3] [--budget 400] [--task spread5] [--groups 2]
-                                  [--rollouts 8] [--lr 5e-4] [--guidance]
+                                  [--rollouts 8] [--lr 5e-4] [--guidance] [--model DIR] [--device cuda]
+
+``--model DIR`` serves and trains a local Hugging Face model instead of the embedded
+SmolLM2-135M (which, measured, collapses onto the seed solution: see docs/recipes/tttd.md).
 
 ``--guidance`` runs Guidance-TTT instead: the served model is the guide and the package's
 deterministic keyword executor (``keywords``) writes the solutions. The last line printed is
@@ -52,6 +55,10 @@ class DiscoveryBench:
     #: sixteen there and seven in sixteen at 0.7 (spread5, measured), so the bench samples at 0.7
     temperature: float = 0.7
     guidance: bool = False
+    #: a local Hugging Face model directory both servers serve and the learner trains instead of
+    #: the embedded SmolLM2-135M (``runtime.model``), on ``device`` (``runtime.device``)
+    model: str | None = None
+    device: str = "auto"
 
     @property
     def steps(self) -> int:
@@ -201,11 +208,27 @@ def parse(argv: list[str]) -> tuple[DiscoveryBench, int]:
     p.add_argument("--temperature", type=float, default=DiscoveryBench.temperature)
     p.add_argument("--lora-rank", type=int, default=DiscoveryBench.lora_rank)
     p.add_argument("--guidance", action="store_true", help="Guidance-TTT with the keyword executor")
+    p.add_argument("--model", default=None, metavar="DIR",
+                   help="a local Hugging Face model directory to serve and train instead of the embedded "
+                        "SmolLM2-135M (a capable model, e.g. on a GPU machine)")
+    p.add_argument("--device", default="auto", help="where that model runs: auto, cpu, cuda, cuda:1 ...")
     a = p.parse_args(argv)
+    if a.model is not None and not Path(a.model).is_dir():
+        raise SystemExit(f"Error: --model {a.model!r} is not a directory (a local Hugging Face model)")
     if a.seeds < 1 or a.budget < a.groups * a.rollouts:
         raise SystemExit("Error: --seeds must be 1 or more and --budget at least one grid (groups x rollouts)")
     return DiscoveryBench(task=a.task, groups=a.groups, rollouts=a.rollouts, budget=a.budget, lr=a.lr,
-                          temperature=a.temperature, lora_rank=a.lora_rank, guidance=a.guidance), a.seeds
+                          temperature=a.temperature, lora_rank=a.lora_rank, guidance=a.guidance,
+                          model=a.model, device=a.device), a.seeds
+
+
+def local_runtime(bench: DiscoveryBench, runtime_cls: Any) -> Any:
+    """Both servers' runtime: reef-torch serving the embedded SmolLM2-135M, or ``--model``."""
+    if bench.model is None and bench.device == "auto":
+        return runtime_cls.choose(None, None)
+    model = bench.model or "the embedded SmolLM2-135M-Instruct"
+    return runtime_cls(("runtime=local",), f"local ({model} on {bench.device}, reef-torch)",
+                       {**({"model": bench.model} if bench.model else {}), "device": bench.device})
 
 
 def main(argv: list[str]) -> int:
@@ -220,7 +243,7 @@ def main(argv: list[str]) -> int:
     # two servers share the machine: one torch thread each keeps their steps from thrashing
     os.environ["OMP_NUM_THREADS"] = os.environ.get("REEF_BENCH_THREADS", "1")
     os.environ["MKL_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"]
-    runtime = Runtime.choose(None, None)
+    runtime = local_runtime(bench, Runtime)
     log = lambda line: print(line, flush=True)  # noqa: E731
     name = "tttd (Guidance-TTT, keyword executor)" if bench.guidance else "tttd"
     log(f"{name} on {bench.task}: {bench.groups}x{bench.rollouts} grid, {bench.steps} steps = {bench.samples} samples "

@@ -27,6 +27,20 @@ def test_budget_becomes_whole_steps():
         ld.parse(["tttd", "--budget", "8"])
 
 
+def test_model_flag_serves_and_trains_a_local_model_directory(tmp_path):
+    import learning
+
+    default = ld.local_runtime(ld.parse(["tttd"])[0], learning.Runtime)
+    assert default.overrides == ("runtime=local",) and default.options == {}
+    bench = ld.parse(["tttd", "--model", str(tmp_path), "--device", "cuda"])[0]
+    runtime = ld.local_runtime(bench, learning.Runtime)
+    assert runtime.overrides == ("runtime=local",)
+    assert runtime.options == {"model": str(tmp_path), "device": "cuda"}
+    assert str(tmp_path) in runtime.description and "cuda" in runtime.description
+    with pytest.raises(SystemExit, match="not a directory"):
+        ld.parse(["tttd", "--model", str(tmp_path / "missing")])
+
+
 def test_server_config_differs_only_in_the_variant():
     bench = ld.DiscoveryBench()
     a, b = ld.server_config(bench, "tttd", 1), ld.server_config(bench, "search-only", 1)
