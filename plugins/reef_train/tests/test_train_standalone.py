@@ -35,7 +35,8 @@ def test_package_and_tests_run_without_reef_torch_or_reef_core(tmp_path):
     (tmp_path / "pytest.ini").write_text("[pytest]\n")  # none of the repository's pytest config or conftest.py
     env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     args = ["-c", str(tmp_path / "pytest.ini"), "--rootdir", str(TESTS), "--confcutdir", str(TESTS),
-            "-p", "no:cacheprovider", "-p", "reef_train.pytest_plugin", "-q", "--basetemp", str(tmp_path / "tmp"), "--deselect", Path(__file__).name, str(TESTS)]
+            "-p", "no:cacheprovider", "-p", "reef_train.pytest_plugin", "-q", "--basetemp", str(tmp_path / "tmp"),
+            "--deselect", Path(__file__).name, str(TESTS)]
     proc = subprocess.run([sys.executable, "-c", SHIM.format(blocked=BLOCKED), *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
