@@ -187,11 +187,9 @@ async def load(port: int, path: str, body: bytes, headers: bytes, concurrency: i
 # ---------------------------------------------------------------------------- processes and CPU
 
 
-def cpu_seconds(pid: int) -> float:
-    """user+system CPU of ``pid`` and its descendants."""
-    tick = os.sysconf("SC_CLK_TCK")
-    children: dict[int, list[int]] = {}
-    stats: dict[int, list[str]] = {}
+def process_stats() -> dict[int, tuple[str, list[str]]]:
+    """Every process on this machine: pid -> (command name, the ``/proc/<pid>/stat`` fields after it)."""
+    stats: dict[int, tuple[str, list[str]]] = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
@@ -199,14 +197,26 @@ def cpu_seconds(pid: int) -> float:
             raw = Path(f"/proc/{d}/stat").read_text()
         except OSError:
             continue
-        fields = raw[raw.rindex(")") + 2:].split()
-        stats[int(d)] = fields
-        children.setdefault(int(fields[1]), []).append(int(d))
+        stats[int(d)] = (raw[raw.index("(") + 1:raw.rindex(")")], raw[raw.rindex(")") + 2:].split())
+    return stats
+
+
+def stat_cpu(fields: list[str]) -> float:
+    """user+system CPU seconds from a process's stat fields."""
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """user+system CPU of ``pid`` and its descendants."""
+    stats = process_stats()
+    children: dict[int, list[int]] = {}
+    for p, (_, fields) in stats.items():
+        children.setdefault(int(fields[1]), []).append(p)
     total, todo = 0.0, [pid]
     while todo:
         p = todo.pop()
         if p in stats:
-            total += (int(stats[p][11]) + int(stats[p][12])) / tick
+            total += stat_cpu(stats[p][1])
         todo += children.get(p, [])
     return total
 

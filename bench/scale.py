@@ -36,7 +36,7 @@ import sqlalchemy as sa
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from proxy_overhead import Conn, cpu_seconds, free_port, wait_http  # noqa: E402
+from proxy_overhead import Conn, cpu_seconds, free_port, process_stats, stat_cpu, wait_http  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BODY = b'{"model":"stub","messages":[{"role":"user","content":"What is the capital of France?"}]}'
@@ -44,18 +44,7 @@ BODY = b'{"model":"stub","messages":[{"role":"user","content":"What is the capit
 
 def postgres_cpu() -> float:
     """user+system CPU seconds of every PostgreSQL process on this machine (server and backends)."""
-    tick, total = os.sysconf("SC_CLK_TCK"), 0.0
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            raw = Path(f"/proc/{d}/stat").read_text()
-        except OSError:
-            continue
-        if raw[raw.index("(") + 1:raw.rindex(")")].startswith("postgres"):
-            fields = raw[raw.rindex(")") + 2:].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+    return sum(stat_cpu(fields) for name, fields in process_stats().values() if name.startswith("postgres"))
 
 
 def machine_busy() -> tuple[float, float]:
