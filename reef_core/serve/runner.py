@@ -93,9 +93,12 @@ def _serve(settings: Settings, plugins: Plugins, sock: socket.socket | None = No
     _KernelFirstServer(config, reef, warning).run(sockets=[sock] if sock is not None else None)
 
 
-#: a worker that exits this soon after its start, before any worker served, stops the supervisor
-#: (a configuration or start-up error would only repeat)
+#: a first-generation worker that fails to start (exit code 2) this soon after the supervisor
+#: started stops the supervisor: a configuration or start-up error would only repeat. Later,
+#: a replacement that fails the same way is started again after a growing pause (the others
+#: keep serving; what stopped it may pass, like a store locked by a worker that just died).
 _EARLY_EXIT_S = 5.0
+_RESTART_PAUSE_S = (0.5, 30.0)
 
 
 class _Supervisor:
@@ -105,7 +108,9 @@ class _Supervisor:
         self.settings = settings
         self.plugins = plugins
         self.children: dict[int, float] = {}  # pid → start time
+        self.first: set[int] = set()  # the workers started with the supervisor
         self.stopping = False
+        self._pause = _RESTART_PAUSE_S[0]
 
     def run(self) -> None:
         host, _ = effective_host(self.settings)
@@ -117,7 +122,7 @@ class _Supervisor:
         failed = None
         try:
             for _ in range(self.settings.server.workers):
-                self._spawn(sock)
+                self.first.add(self._spawn(sock))
             while self.children:
                 try:
                     pid, status = os.wait()
@@ -129,12 +134,18 @@ class _Supervisor:
                 if started is None or self.stopping:
                     continue
                 code = os.waitstatus_to_exitcode(status)
-                if code == 2 and time.monotonic() - started < _EARLY_EXIT_S:
+                lived = time.monotonic() - started
+                if code == 2 and lived < _EARLY_EXIT_S and pid in self.first:
                     failed = f"worker {pid} failed to start (exit code {code}); stopping the other workers"
                     self._stop()
                     continue
-                log.warning("worker %d exited (code %s); starting another", pid, code)
-                time.sleep(0.5)
+                # a worker that dies young again and again is restarted ever more slowly
+                self._pause = min(self._pause * 2, _RESTART_PAUSE_S[1]) if lived < _EARLY_EXIT_S \
+                    else _RESTART_PAUSE_S[0]
+                log.warning("worker %d exited (code %s); starting another in %.1fs", pid, code, self._pause)
+                until = time.monotonic() + self._pause
+                while not self.stopping and time.monotonic() < until:
+                    time.sleep(0.1)
                 if not self.stopping:
                     self._spawn(sock)
         finally:
@@ -142,11 +153,11 @@ class _Supervisor:
         if failed:
             raise StartupError(failed)
 
-    def _spawn(self, sock: socket.socket) -> None:
+    def _spawn(self, sock: socket.socket) -> int:
         pid = os.fork()
         if pid:
             self.children[pid] = time.monotonic()
-            return
+            return pid
         code = 0
         try:  # the worker: uvicorn installs its own SIGINT/SIGTERM handlers for a graceful stop
             for sig in (signal.SIGINT, signal.SIGTERM):

@@ -11,7 +11,7 @@ Futures are resolved, and ``record_stored`` observers called, on the event loop 
 submitted them, with one loop wake-up per batch.
 
 On a SQLite file the writers of all processes (``server.workers``) take turns through an
-``flock`` on a file next to the database (:class:`CommitLock`) before opening their
+``flock`` on a file next to the database (:mod:`reef_core.store.filelock`) before opening their
 transaction. SQLite alone would make a writer that finds the write lock taken sleep in its
 busy handler (1, 2, 5, 10, 15, 20, 25 ms... between retries) and retry, however soon the
 lock is released: with two workers that backoff, not the disk, set the tail. A waiter on
@@ -23,17 +23,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import queue
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy.engine import make_url
-
 from ..observe.experience import record_content_hash
 from ..store import Record, RecordStore
+from ..store.filelock import FileLock, lock_for
 
 log = logging.getLogger("reef.writer")
 
@@ -64,47 +62,12 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first[:300]}" if first else type(exc).__name__
 
 
-class CommitLock:
-    """An exclusive ``flock`` on ``path`` (created if missing), held around one transaction.
-
-    Blocking in ``flock`` costs no polling: the kernel wakes the next waiter when the holder
-    unlocks. The lock is advisory and only orders Reef's record writers among themselves;
-    SQLite's own locking still guards the file against every other writer.
-    """
-
-    def __init__(self, path: str):
-        import fcntl
-
-        self._fcntl = fcntl
-        self.path = path
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-
-    def __enter__(self) -> CommitLock:
-        self._fcntl.flock(self._fd, self._fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._fcntl.flock(self._fd, self._fcntl.LOCK_UN)
-
-    def close(self) -> None:
-        os.close(self._fd)
-
-
-def commit_lock_for(store: RecordStore) -> CommitLock | None:
+def commit_lock_for(store: RecordStore) -> FileLock | None:
     """The cross-process commit lock for ``store``'s SQLite file; None for other databases
     (PostgreSQL queues writers itself, without sleeping), in-memory SQLite, or where ``flock``
     does not exist or the lock file cannot be created (SQLite's busy handler then orders
     writers, as before)."""
-    url = make_url(store.url)
-    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:" \
-            or url.database.startswith("file:"):
-        return None
-    try:
-        return CommitLock(f"{url.database}.commit-lock")
-    except (ImportError, OSError) as exc:
-        log.warning("no cross-process commit lock for %s (%s); SQLite's busy handler orders writers",
-                    url.database, exc)
-        return None
+    return lock_for(store.url)
 
 
 class RecordWriter:

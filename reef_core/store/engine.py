@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import time
 from pathlib import Path
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import OperationalError
+
+from .filelock import lock_for
+
+log = logging.getLogger("reef.store")
+
+#: how long opening a SQLite store keeps retrying ``database is locked`` before giving up
+OPEN_RETRY_S = 30.0
 
 
 def normalize_url(url: str) -> str:
@@ -51,7 +62,6 @@ def _sqlite_engine(url: str, *, immediate: bool, synchronous: str) -> Engine:
     @event.listens_for(engine, "connect")
     def _pragmas(dbapi_conn, _record):  # noqa: ANN001
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
         cur.execute(f"PRAGMA synchronous={synchronous.upper()}")
         cur.execute("PRAGMA busy_timeout=60000")
         cur.execute("PRAGMA foreign_keys=ON")
@@ -62,3 +72,45 @@ def _sqlite_engine(url: str, *, immediate: bool, synchronous: str) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     return engine
+
+
+def open_store(writer: Engine, *, migrate: bool) -> None:
+    """Prepare the database behind ``writer`` for use: on SQLite, switch the file to WAL (a
+    persistent setting, made once here rather than on every new connection); then run pending
+    migrations when ``migrate``.
+
+    On a SQLite file, Reef's processes do this one at a time under the file's cross-process
+    lock (several ``server.workers`` start together, and a replacement worker starts while the
+    others commit), and a ``database is locked`` that SQLite returns without waiting in its busy
+    handler (it does so where waiting could deadlock, or while another connection recovers the
+    WAL index) is retried for up to :data:`OPEN_RETRY_S` seconds.
+    """
+    sqlite = writer.dialect.name == "sqlite"
+    lock = lock_for(writer.url.render_as_string(hide_password=False)) if sqlite else None
+    deadline = time.monotonic() + OPEN_RETRY_S
+    delay = 0.05
+    try:
+        while True:
+            try:
+                with lock if lock is not None else contextlib.nullcontext():
+                    if sqlite:
+                        raw = writer.raw_connection()  # outside SQLAlchemy's transaction: the switch refuses one
+                        try:
+                            raw.driver_connection.execute("PRAGMA journal_mode=WAL")
+                        finally:
+                            raw.close()
+                    if migrate:
+                        from .migrate import upgrade
+
+                        upgrade(writer)
+                return
+            except OperationalError as exc:
+                if not sqlite or "locked" not in str(exc.orig) or time.monotonic() + delay > deadline:
+                    raise
+                log.warning("the record store is locked while opening; retrying in %.2fs", delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+    finally:
+        if lock is not None:
+            lock.close()
+

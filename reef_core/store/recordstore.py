@@ -19,7 +19,7 @@ from sqlmodel import Session, select
 
 from ..errors import ConflictError, NotFoundError
 from .consumption import ConsumptionStore, PoolRule, back_in_pool, newest_seq
-from .engine import make_engines, normalize_url
+from .engine import make_engines, normalize_url, open_store
 from .episodes import EpisodeStore
 from .leases import LeaseStore
 from .models import CandidateRow, Consumption, Record, Release, Report, ReportReference, storable, utcnow
@@ -45,10 +45,11 @@ class RecordStore(ConsumptionStore, EpisodeStore, LeaseStore, ModeStore, Retenti
     def __init__(self, url: str, *, migrate: bool = True, synchronous: str = "full"):
         self.url = normalize_url(url)
         self._writer, self._reader = make_engines(self.url, synchronous=synchronous)
-        if migrate:
-            from .migrate import upgrade
-
-            upgrade(self._writer)
+        try:
+            open_store(self._writer, migrate=migrate)
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def dialect(self) -> str:
