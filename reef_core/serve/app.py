@@ -18,6 +18,37 @@ from .state import ServeState
 
 log = logging.getLogger("reef.serve")
 
+#: the OpenTelemetry providers that stand in until an SDK is configured (what
+#: ``get_tracer_provider()`` and its siblings return in a process nobody instrumented)
+_PLACEHOLDER_PROVIDERS = frozenset({"ProxyTracerProvider", "_ProxyMeterProvider", "ProxyLoggerProvider",
+                                    "NoOpTracerProvider", "NoOpMeterProvider", "NoOpLoggerProvider"})
+
+
+def telemetry_options() -> dict:
+    """FastAPI's ``telemetry`` argument: its native OpenTelemetry support as configured when
+    the app is built.
+
+    FastAPI (0.16x) asks on every request whether a tracer, meter or logger provider has been
+    configured: reading the environment and the global providers, about 5 % of the event
+    loop's time on the proxy path. The answer is taken once here instead: when this process
+    has a provider (``opentelemetry-instrument reef serve``, or an SDK set up before the
+    server starts), FastAPI keeps emitting its spans, metrics and logs; otherwise they are off.
+    Older FastAPI versions have no such argument (an empty dict).
+    """
+    import inspect
+
+    if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
+        return {}
+    try:
+        from opentelemetry import _logs, metrics, trace
+    except ImportError:
+        return {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    configured = [type(get()).__name__ not in _PLACEHOLDER_PROVIDERS
+                  for get in (trace.get_tracer_provider, metrics.get_meter_provider, _logs.get_logger_provider)]
+    if any(configured):
+        return {}
+    return {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+
 
 def create_app(reef: Reef) -> FastAPI:
     """Build the app serving ``reef``; the kernel and the record writer start and stop with it.
@@ -50,7 +81,8 @@ def create_app(reef: Reef) -> FastAPI:
     # The schema and the docs page are served by routes_ops behind auth (any valid token).
     app = FastAPI(title="Reef", version="0.1.0", lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None,
                   description="OpenAI- and Anthropic-compatible inference that records every request "
-                              "as attributable experience and learns from feedback quoting receipts.")
+                              "as attributable experience and learns from feedback quoting receipts.",
+                  **telemetry_options())
     app.state.reef = reef
     app.state.serve = state
     install_error_handlers(app)
