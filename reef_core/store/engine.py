@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
 from pathlib import Path
@@ -12,6 +13,11 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import OperationalError
 
 from .filelock import lock_for
+
+try:  # pragma: no cover - which branch runs depends on the environment
+    import orjson
+except ImportError:  # pragma: no cover
+    orjson = None
 
 log = logging.getLogger("reef.store")
 
@@ -28,6 +34,21 @@ def normalize_url(url: str) -> str:
     return url
 
 
+def json_serializer(value: object) -> str:
+    """JSON text for the store's JSON columns: orjson, about 5x the standard library's speed
+    (these columns hold every record's request and response, encoded inside the writer's
+    transaction); the standard library for what orjson refuses (integers beyond 64 bits,
+    types it does not know). orjson writes NaN and infinities as null: JSON has no such
+    values and PostgreSQL's jsonb refuses them (the standard library wrote a non-JSON literal
+    that only SQLite kept)."""
+    if orjson is not None:
+        try:
+            return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+        except TypeError:
+            pass
+    return json.dumps(value)
+
+
 def make_engines(url: str, *, synchronous: str = "full") -> tuple[Engine, Engine]:
     """(writer, reader) engines for ``url``.
 
@@ -42,7 +63,7 @@ def make_engines(url: str, *, synchronous: str = "full") -> tuple[Engine, Engine
     url = normalize_url(url)
     u = make_url(url)
     if u.get_backend_name() != "sqlite":
-        engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+        engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, json_serializer=json_serializer)
         return engine, engine
     if u.database and u.database != ":memory:":
         Path(u.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
@@ -55,6 +76,7 @@ def _sqlite_engine(url: str, *, immediate: bool, synchronous: str) -> Engine:
     engine = create_engine(
         url,
         connect_args={"check_same_thread": False, "timeout": 60, "isolation_level": None},
+        json_serializer=json_serializer,
         pool_size=8,
         max_overflow=16,
     )
