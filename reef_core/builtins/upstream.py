@@ -1,10 +1,9 @@
 """The ``upstream`` runtime: any OpenAI- or Anthropic-compatible HTTP endpoint.
 
-Requests are ``httpx.Request`` objects sent through one pooled httpx transport per runtime
-(keep-alive connections, connect and read timeouts). With ``http_transport: auto`` (the
-default) the transport runs on aiohttp's pool when aiohttp is installed, because httpx's own
-pool costs milliseconds of CPU per request under concurrency (see
-``reef_core.kit.http_transport``); ``httpx`` forces httpx's own. The runtime speaks
+Requests go through one pooled transport per runtime (keep-alive connections, connect and
+read timeouts, ``reef_core.kit.http_transport``). With ``http_transport: auto`` (the
+default) that is aiohttp's pool when aiohttp is installed, because httpx's own pool costs
+milliseconds of CPU per request under concurrency; ``httpx`` forces httpx's own. The runtime speaks
 ``dialect``; the server translates clients of the other dialect.
 Errors: a connection that cannot be made or times out is ``RuntimeUnavailable`` (502); an
 error status from the upstream is ``RuntimeCallError`` with that status and the upstream's
@@ -32,6 +31,7 @@ from ..contracts import Runtime
 from ..errors import RuntimeCallError, RuntimeUnavailable
 from ..hookspecs import hookimpl
 from ..kit import jsonfast
+from ..kit.http_transport import UpstreamResponse
 from ..kit.urls import basic_auth, redact_url, split_url_credentials
 from ..types import InferenceCall
 
@@ -105,7 +105,7 @@ class UpstreamRuntime(Runtime):
         self.model_map = dict(model_map or {})
         self.default_max_tokens = int(default_max_tokens)
         self.timeout = httpx.Timeout(float(timeout_s), connect=float(connect_timeout_s))
-        self._url = httpx.URL(f"{self.upstream_url}{_PATHS[dialect]}") if self.upstream_url else None
+        self._url = f"{self.upstream_url}{_PATHS[dialect]}" if self.upstream_url else None
         self.limits = httpx.Limits(max_connections=int(max_connections),
                                    max_keepalive_connections=int(max_connections))
         headers = {"content-type": "application/json", "accept": "application/json"}
@@ -120,7 +120,7 @@ class UpstreamRuntime(Runtime):
         self._headers = list(headers.items())
         self._stream_headers = list({**headers, "accept": "text/event-stream"}.items())
         self._timeout_ext = self.timeout.as_dict()
-        self._transport: httpx.AsyncBaseTransport | None = None
+        self._transport: Any = None  # AiohttpTransport or httpx_transport(): the same ``send``
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -137,7 +137,9 @@ class UpstreamRuntime(Runtime):
 
             self._transport = AiohttpTransport(max_connections=self.limits.max_connections or 256)
         else:
-            self._transport = httpx.AsyncHTTPTransport(limits=self.limits)
+            from ..kit.http_transport import httpx_transport
+
+            self._transport = httpx_transport(self.limits)
 
     async def aclose(self) -> None:
         if self._transport is not None:
@@ -152,9 +154,9 @@ class UpstreamRuntime(Runtime):
 
     # ------------------------------------------------------------------ calls
 
-    def _request(self, body: dict[str, Any], headers: list[tuple[str, str]]) -> httpx.Request:
-        """A ready request: pre-built URL, headers and timeouts. The hot path hands it to the
-        transport directly; ``httpx.AsyncClient``'s per-request layer (URL and header merging,
+    def _request(self, body: dict[str, Any]) -> bytes:
+        """The request body to send, with the upstream's model name. URL, headers and timeouts
+        are built once: ``httpx.AsyncClient``'s per-request layer (URL and header merging,
         cookies, auth and redirect handling) costs ~150 µs of CPU and none of it applies."""
         if self._transport is None:
             if self.upstream_url is None:
@@ -166,8 +168,7 @@ class UpstreamRuntime(Runtime):
         model = self.model if name is None else self.model_map.get(name, name)
         if model is not None and model != name:
             body = {**body, "model": model}
-        return httpx.Request("POST", self._url, headers=headers, content=jsonfast.dumps(body),
-                             extensions={"timeout": self._timeout_ext})
+        return jsonfast.dumps(body)
 
     def _unavailable(self, what: str, exc: Exception) -> RuntimeUnavailable:
         """The client-facing error for a transport failure: what happened and the exception's
@@ -176,27 +177,28 @@ class UpstreamRuntime(Runtime):
         log.warning("upstream %s %s: %s: %s", self.where, what, type(exc).__name__, exc)
         return RuntimeUnavailable(f"the upstream model server {what} ({type(exc).__name__})")
 
-    async def _send(self, request: httpx.Request) -> httpx.Response:
+    async def _send(self, body: dict[str, Any], headers: list[tuple[str, str]]) -> UpstreamResponse:
+        content = self._request(body)
         try:
-            return await self._transport.handle_async_request(request)
+            return await self._transport.send("POST", self._url, headers, content, self._timeout_ext)
         except httpx.TimeoutException as exc:
             raise self._unavailable("timed out", exc) from None
         except httpx.HTTPError as exc:
             raise self._unavailable("is unreachable", exc) from None
 
     async def complete(self, call: InferenceCall) -> dict[str, Any]:
-        resp = await self._send(self._request(call.body, self._headers))
+        resp = await self._send(call.body, self._headers)
         try:
-            content = await resp.aread()
+            content = await resp.read()
         except httpx.TimeoutException as exc:
             raise self._unavailable("timed out", exc) from None
         except httpx.HTTPError as exc:
             raise self._unavailable("broke the response", exc) from None
         finally:
             await resp.aclose()
-        if resp.status_code >= 400:
-            message, body = _error_message(resp.status_code, content)
-            raise RuntimeCallError(message, status=resp.status_code, body=body)
+        if resp.status >= 400:
+            message, body = _error_message(resp.status, content)
+            raise RuntimeCallError(message, status=resp.status, body=body)
         try:
             body = jsonfast.loads(content)
         except ValueError:
@@ -214,12 +216,12 @@ class UpstreamRuntime(Runtime):
         """The stream as it arrives off the network: each item holds every event one read
         returned. The server writes one batch in one socket write (an optional extension of
         the runtime contract: ``stream`` is the per-event form)."""
-        resp = await self._send(self._request(call.body, self._stream_headers))
+        resp = await self._send(call.body, self._stream_headers)
         try:
-            if resp.status_code >= 400:
-                content = await resp.aread()
-                message, body = _error_message(resp.status_code, content)
-                raise RuntimeCallError(message, status=resp.status_code, body=body)
+            if resp.status >= 400:
+                content = await resp.read()
+                message, body = _error_message(resp.status, content)
+                raise RuntimeCallError(message, status=resp.status, body=body)
             terminal = False
             # After the terminal event the rest of the body is still read to its end (it is
             # already buffered), so the pooled connection is kept alive instead of closed.
@@ -274,7 +276,7 @@ class UpstreamRuntime(Runtime):
         return event
 
 
-async def _sse_batches(resp: httpx.Response) -> AsyncIterator[list[bytes]]:
+async def _sse_batches(resp: UpstreamResponse) -> AsyncIterator[list[bytes]]:
     """The ``data`` field of each server-sent event (multi-line data joined with newlines),
     grouped by network read.
 
@@ -283,7 +285,7 @@ async def _sse_batches(resp: httpx.Response) -> AsyncIterator[list[bytes]]:
     and comments carry nothing the dialects need (every event names its ``type``).
     """
     buffer = b""
-    async for chunk in resp.aiter_bytes():
+    async for chunk in resp.chunks():
         buffer += chunk
         if b"\r" in buffer:
             buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")

@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from reef_core.builtins.upstream import UpstreamRuntime
 from reef_core.errors import RuntimeCallError
+from reef_core.kit.http_transport import HttpxSender
 from reef_core.testing import ReefServer, ServerThread, parse_sse
 from reef_core.types import InferenceCall
 
@@ -140,8 +141,8 @@ async def test_stream_batches_yields_events_before_the_error(dialect, error_firs
     """The runtime alone, on a transport that hands the whole body over in one chunk."""
     payload = _sse_payload(dialect, error_first=error_first)
     rt = UpstreamRuntime(upstream_url="http://upstream.test/v1", dialect=dialect, http_transport="httpx")
-    rt._transport = httpx.MockTransport(lambda request: httpx.Response(
-        200, headers={"content-type": "text/event-stream"}, content=payload))
+    rt._transport = HttpxSender(httpx.MockTransport(lambda request: httpx.Response(
+        200, headers={"content-type": "text/event-stream"}, content=payload)))
     call = InferenceCall(scenario="s", record_id="r", body={**(CHAT if dialect == "openai" else MSG), "stream": True},
                          dialect=dialect)
     batches = []
