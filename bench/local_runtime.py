@@ -6,9 +6,13 @@ Not a test: it prints numbers, in one run, against these targets:
    same model object in the same process (target ≥ 0.9×);
 2. throughput with 8 concurrent requests vs the same 8 sent one after another (target ≥ 2×);
 3. publish-to-serving latency of an adapter hot swap under continuous load (target ≤ 1 s),
-   and the number of failed requests during it (target 0).
+   and the number of failed requests during it (target 0);
+4. (with ``--rss-requests N``) resident memory over N short requests at concurrency 8: RSS
+   idle, after a warm-up (the plateau), every ``--rss-every`` requests and at the end, the
+   final/plateau ratio (target ≤ 1.3×) and the process's peak (VmHWM).
 
 Usage:  HF_HUB_OFFLINE=1 python bench/local_runtime.py [--tokens 64] [--rounds 3]
+        HF_HUB_OFFLINE=1 python bench/local_runtime.py --rss-requests 1000 --rss-only
 """
 
 from __future__ import annotations
@@ -34,6 +38,25 @@ PROMPTS = [
     "Describe how to bake bread at home.",
     "Explain how computers store numbers.",
 ]
+
+
+def memory() -> dict[str, int]:
+    """This process's resident set now (VmRSS: RssAnon, the heap, plus RssFile, mostly the memory-mapped
+    weights, paged in by the first forward) and its peak (VmHWM), in bytes, from /proc."""
+    out = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
+            out[key] = int(value.split()[0]) * 1024
+    return out
+
+
+def mb(n: int) -> str:
+    return f"{n / 2**20:7.0f} MB"
+
+
+def split(m: dict[str, int]) -> str:
+    return f"{mb(m['VmRSS'])} (anon {mb(m['RssAnon']).strip()}, file {mb(m['RssFile']).strip()})"
 
 
 def body(prompt: str, tokens: int, **extra) -> dict:
@@ -73,15 +96,66 @@ def make_adapter(model_dir: Path, out: Path, seed: int) -> Path:
     return trainer.save(out)
 
 
-async def main(tokens: int, rounds: int) -> None:
+async def rss_phase(rt, idle: dict[str, int], requests: int, tokens: int, warmup: int, every: int) -> None:
+    """Resident memory under ``requests`` requests from 8 looping clients (prompts of varied length)."""
+    done = 0
+    samples: list[int] = []
+    lock = asyncio.Lock()
+
+    async def run(n: int, report: bool) -> None:
+        nonlocal done
+        todo = iter(range(n))
+
+        async def client(i: int) -> None:
+            nonlocal done
+            for k in todo:
+                # vary prompt and completion lengths so rows of different widths join and leave the batch
+                j = i * 7 + k
+                prompt = PROMPTS[j % len(PROMPTS)] + " Please be precise." * (j % 5)
+                await timed_complete(rt, prompt, tokens - (j % 4) * (tokens // 8))
+                async with lock:
+                    done += 1
+                    if report and done % every == 0:
+                        now = memory()
+                        samples.append(now["VmRSS"])
+                        print(f"   after {done:5d} requests : {split(now)}")
+
+        await asyncio.gather(*(client(i) for i in range(8)))
+
+    print(f"\n4. resident memory, {requests} requests x {tokens} tokens at concurrency 8 "
+          f"(after a {warmup}-request warm-up)")
+    print(f"   idle (model loaded)  : {split(idle)}")
+    start = time.perf_counter()
+    await run(warmup, report=False)
+    after_warmup = memory()
+    plateau = after_warmup["VmRSS"]
+    print(f"   after warm-up        : {split(after_warmup)}   (the plateau)")
+    done = 0
+    await run(requests, report=True)
+    elapsed = time.perf_counter() - start
+    final = memory()
+    print(f"   final                : {split(final)}")
+    print(f"   ratio final/plateau {final['VmRSS'] / plateau:.2f}x (target <= 1.3x; heap alone "
+          f"{final['RssAnon'] / after_warmup['RssAnon']:.2f}x); highest sample {mb(max(samples, default=final['VmRSS']))}")
+    print(f"   peak (VmHWM)         : {mb(final['VmHWM'])}")
+    print(f"   {requests + warmup} requests in {elapsed:.0f} s ({(requests + warmup) / elapsed:.1f} req/s)")
+
+
+async def main(tokens: int, rounds: int, rss_requests: int = 0, rss_only: bool = False, rss_tokens: int = 16,
+               rss_warmup: int = 64, rss_every: int = 100) -> None:
     from reef_core.types import ActiveRelease, InferenceCall
     from reef_torch import LocalRuntime
 
     rt = LocalRuntime(max_batch_size=8, batch_window_ms=8)
     t0 = time.perf_counter()
     await rt.start()
+    idle = memory()
     print(f"model {rt.model_id} on {rt.loaded.device} ({rt.loaded.dtype}) ready in {time.perf_counter() - t0:.1f} s; "
-          f"torch threads={__import__('torch').get_num_threads()}")
+          f"torch threads={__import__('torch').get_num_threads()}; RSS {mb(idle['VmRSS']).strip()}")
+    if rss_only:
+        await rss_phase(rt, idle, rss_requests, rss_tokens, rss_warmup, rss_every)
+        await rt.aclose()
+        return
     await timed_complete(rt, PROMPTS[0], 8)  # warm-up
     raw_generate(rt, PROMPTS[0], 8)
 
@@ -160,6 +234,8 @@ async def main(tokens: int, rounds: int) -> None:
     print(f"   in-flight requests that finished on r1 after the switch: {on_old_after}")
     print(f"   failed requests: {len(failures)} (target 0)" + (f"  e.g. {failures[0]}" if failures else ""))
     print(f"   adapters resident after drain: {sorted(getattr(rt.engine.model, 'peft_config', {}))}")
+    if rss_requests:
+        await rss_phase(rt, idle, rss_requests, rss_tokens, rss_warmup, rss_every)
     await rt.aclose()
 
 
@@ -167,5 +243,13 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rss-requests", type=int, default=0, help="run phase 4 with this many requests (0: skip)")
+    parser.add_argument("--rss-only", action="store_true", help="run only phase 4 (on a fresh process)")
+    parser.add_argument("--rss-tokens", type=int, default=16, help="max_tokens of each phase-4 request")
+    parser.add_argument("--rss-warmup", type=int, default=64, help="phase-4 requests before the plateau is read")
+    parser.add_argument("--rss-every", type=int, default=100, help="print RSS every this many phase-4 requests")
     args = parser.parse_args()
-    sys.exit(asyncio.run(main(args.tokens, args.rounds)))
+    if args.rss_only and args.rss_requests <= 0:
+        parser.error("--rss-only needs --rss-requests N")
+    sys.exit(asyncio.run(main(args.tokens, args.rounds, args.rss_requests, args.rss_only, args.rss_tokens,
+                              args.rss_warmup, args.rss_every)))

@@ -13,11 +13,18 @@ engine is idle, the first request waits ``batch_window_ms`` for company so a bur
 concurrent requests starts as one batch. Each decode step is one batched forward for all
 running rows, whatever adapter each row uses (peft's ``adapter_names`` mixed-batch forward
 when the rows' adapters differ).
+
+Memory stays bounded: the running batch's keys and values live in one ``KVBuffer``
+(``kv_cache.py``) that is written in place and reused from batch to batch, at most
+``max_batch_size`` rows of ``max_len`` tokens; only a prefill builds a short-lived cache for
+its newcomers. When the batch empties, freed heap pages go back to the OS (``malloc_trim``).
 """
 
 from __future__ import annotations
 
 import copy
+import ctypes
+import ctypes.util
 import inspect
 import logging
 import threading
@@ -32,6 +39,8 @@ import torch
 from transformers import DynamicCache
 
 from reef_train.sampling import make_generator, sample_rows, top_logprobs_rows
+
+from .kv_cache import CacheLimitError, KVBuffer
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +101,21 @@ class _Row:
 
 
 class GenerationEngine:
-    """Owns ``model`` on a worker thread; ``submit`` requests, ``call`` admin functions."""
+    """Owns ``model`` on a worker thread; ``submit`` requests, ``call`` admin functions.
 
-    def __init__(self, model: Any, tokenizer: Any, *, max_batch_size: int = 8, batch_window_ms: float = 8.0):
+    ``max_len`` bounds the tokens (prompt plus completion) of one sequence and so the KV
+    buffer's columns; by default the model's ``max_position_embeddings`` (else 4096).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        max_batch_size: int = 8,
+        batch_window_ms: float = 8.0,
+        max_len: int | None = None,
+    ):
         self.model = model
         # A private copy for incremental detokenizing on the worker thread: the Rust
         # tokenizer behind a fast tokenizer must not be borrowed from two threads at once.
@@ -114,7 +135,10 @@ class GenerationEngine:
         self._pending: deque[GenerationRequest] = deque()
         self._commands: deque[tuple[Callable[[], Any], Future]] = deque()
         self._rows: list[_Row] = []
-        self._cache: DynamicCache | None = None
+        if max_len is None:
+            max_len = getattr(getattr(model, "config", None), "max_position_embeddings", None) or 4096
+        #: keys and values of the running rows, reused from batch to batch
+        self.kv = KVBuffer(self.max_batch_size, int(max_len))
         self._mask: torch.Tensor | None = None
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="reef-torch-engine", daemon=True)
@@ -228,6 +252,9 @@ class GenerationEngine:
         return model(**kwargs).logits[:, -1, :]
 
     def _prefill(self, reqs: list[GenerationRequest]) -> None:
+        reqs = self._within_limit(reqs)
+        if not reqs:
+            return
         rows = [_Row(req=r, generator=make_generator(r.seed)) for r in reqs]
         width = max(len(r.prompt_ids) for r in reqs)
         ids = torch.full((len(reqs), width), self.pad_id, dtype=torch.long)
@@ -253,20 +280,40 @@ class GenerationEngine:
             return
         self.forward_log.append(("prefill", len(reqs)))
         self._merge(rows, cache, mask.to(self.device))
+        del cache  # its tensors are copied into the KV buffer
         self._after_sampling(rows, logits)
+
+    def _within_limit(self, reqs: list[GenerationRequest]) -> list[GenerationRequest]:
+        """Fail the requests that could outgrow ``max_len``; return the others."""
+        limit = self.kv.max_len
+        ok = []
+        for req in reqs:
+            total = len(req.prompt_ids) + req.max_new_tokens
+            if total > limit:
+                err = CacheLimitError(
+                    f"The prompt ({len(req.prompt_ids)} tokens) plus max_tokens ({req.max_new_tokens}) exceed "
+                    f"this engine's {limit}-token limit; shorten the prompt or lower max_tokens."
+                )
+                self._leave(req)
+                req.sink("error", err)
+            else:
+                ok.append(req)
+        return ok
 
     def _decode_step(self) -> None:
         rows = self._rows
         ids = torch.tensor([[r.tokens[-1]] for r in rows], dtype=torch.long, device=self.device)
         positions = torch.tensor([[r.next_position] for r in rows], dtype=torch.long, device=self.device)
         self._mask = torch.cat([self._mask, torch.ones((len(rows), 1), dtype=torch.long, device=self.device)], 1)
+        self.kv.reserve(1)
         logits = self._forward(
             [r.req.adapter for r in rows],
             input_ids=ids,
             attention_mask=self._mask,
             position_ids=positions,
-            cache=self._cache,
+            cache=self.kv.cache,
         )
+        self.kv.advance(1)
         self.forward_log.append(("decode", len(rows)))
         self._after_sampling(rows, logits)
 
@@ -339,33 +386,32 @@ class GenerationEngine:
 
     def _merge(self, rows: list[_Row], cache: DynamicCache, mask: torch.Tensor) -> None:
         """Append freshly prefilled ``rows`` to the running batch, left-padding the shorter side."""
+        self.kv.admit([(layer.keys, layer.values) for layer in cache.layers])
         if not self._rows:
-            self._rows, self._cache, self._mask = rows, cache, mask
+            self._rows, self._mask = rows, mask
             return
-        old_len, new_len = self._mask.shape[1], mask.shape[1]
-        width = max(old_len, new_len)
-        layers = []
-        for old, new in zip(self._cache.layers, cache.layers):
-            keys = torch.cat([_lpad(old.keys, width), _lpad(new.keys, width)], 0)
-            values = torch.cat([_lpad(old.values, width), _lpad(new.values, width)], 0)
-            layers.append((keys, values))
-        self._cache = DynamicCache(ddp_cache_data=layers, config=getattr(self.model, "config", None))
+        width = max(self._mask.shape[1], mask.shape[1])
         self._mask = torch.cat([_lpad(self._mask, width, dim=1), _lpad(mask, width, dim=1)], 0)
         self._rows = self._rows + rows
 
     def _drop(self, indices: set[int]) -> None:
         keep = [i for i in range(len(self._rows)) if i not in indices]
         if not keep:
-            self._rows, self._cache, self._mask = [], None, None
+            self._clear_batch()
             return
         index = torch.tensor(keep, dtype=torch.long, device=self.device)
         self._rows = [self._rows[i] for i in keep]
         mask = self._mask[index]
         # columns that are padding for every remaining row carry nothing: cut them off
         start = int((mask.sum(0) > 0).nonzero()[0].item())
-        layers = [(layer.keys[index, :, start:], layer.values[index, :, start:]) for layer in self._cache.layers]
-        self._cache = DynamicCache(ddp_cache_data=layers, config=getattr(self.model, "config", None))
+        self.kv.keep(keep, start)
         self._mask = mask[:, start:]
+
+    def _clear_batch(self) -> None:
+        """The batch is empty (finished or failed): reset the KV buffer and give freed heap back."""
+        self._rows, self._mask = [], None
+        self.kv.clear()
+        _trim_heap()
 
     def _leave(self, req: GenerationRequest) -> None:
         if req.on_leave is not None:
@@ -382,13 +428,13 @@ class GenerationEngine:
     def _fail_all(self, exc: BaseException) -> None:
         for row in self._rows:
             self._finish_error(row, exc)
-        self._rows, self._cache, self._mask = [], None, None
+        self._clear_batch()
 
     def _shutdown(self) -> None:
         err = RuntimeError("the local runtime is shutting down; retry on another server")
         for row in self._rows:
             self._finish_error(row, err)
-        self._rows = []
+        self._clear_batch()
         with self._cond:
             pending, self._pending = list(self._pending), deque()
             commands, self._commands = list(self._commands), deque()
@@ -407,6 +453,32 @@ def _lpad(t: torch.Tensor, width: int, dim: int = -2) -> torch.Tensor:
     shape = list(t.shape)
     shape[dim] = missing
     return torch.cat([torch.zeros(shape, dtype=t.dtype, device=t.device), t], dim)
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None on another C library."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim
+
+
+_malloc_trim = _load_malloc_trim()
+
+
+def _trim_heap() -> None:
+    """Return the free pages of the malloc heap to the OS.
+
+    CPU tensors come from malloc: after a batch, its activations and prefill caches are freed
+    but glibc keeps the pages mapped (fragmented between live blocks, or simply cached), so
+    resident memory only ratchets up. Trimming when the batch empties costs about a millisecond
+    and runs at most once per batch.
+    """
+    if _malloc_trim is not None:
+        _malloc_trim(0)
 
 
 def _safe_prefix_len(text: str, stops: list[str]) -> int:
