@@ -9,6 +9,7 @@ still leaves a record, marked ``incomplete``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -302,7 +303,14 @@ class _StreamJob:
 
 
 class _RecordedStream(StreamingResponse):
-    """A StreamingResponse that finalizes its job when the response ends, whatever the cause."""
+    """A StreamingResponse that finalizes its job when the response ends, whatever the cause.
+
+    Starlette watches for the client's disconnect with an anyio task group per response (two
+    tasks, cancel scopes and events: ~15 % of the event loop's time on a streamed request).
+    Here the stream is sent from the request's own task and one plain asyncio task waits for
+    the disconnect; when it comes first it marks the job and cancels the sending, which is what
+    Starlette's task group does.
+    """
 
     def __init__(self, job: _StreamJob, content: AsyncIterator[bytes], **kwargs: Any):
         super().__init__(content, **kwargs)
@@ -310,18 +318,38 @@ class _RecordedStream(StreamingResponse):
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         job = self.job
+        sending = asyncio.current_task()
+        finished = False
+        interrupted = False
 
-        async def watched_receive() -> Any:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                job.client_gone = True
-            return message
+        async def watch() -> None:
+            nonlocal interrupted
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    if not finished:
+                        job.client_gone = interrupted = True
+                        sending.cancel()
+                    return
 
+        watcher = asyncio.ensure_future(watch())
         try:
-            await super().__call__(scope, watched_receive, send)
+            # let the watcher take its first look: a client that left while the runtime was
+            # still silent is seen now, before a stream already buffered is relayed to nobody
+            await asyncio.sleep(0)
+            await self.stream_response(send)
+            finished = True
+        except asyncio.CancelledError:
+            if not interrupted:
+                raise
+            uncancel = getattr(sending, "uncancel", None)  # Python 3.11+
+            if uncancel is not None:
+                uncancel()
         finally:
+            finished = True
+            watcher.cancel()
             with anyio.CancelScope(shield=True):
-                await self.job.finalize()
+                await job.finalize()
 
 
 async def stream(state: ServeState, ex: Exchange) -> Response:
