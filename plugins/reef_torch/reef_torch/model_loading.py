@@ -9,16 +9,21 @@ tokenizer + chat template) that reloads in well under a second.
 The cache is written atomically: the conversion goes into a temporary sibling directory
 that is renamed into place only when complete, so a crash mid-conversion leaves no half
 cache behind (at worst an orphaned ``.tmp-*`` directory, which the next conversion ignores).
+Processes that convert at once (servers started together, parallel test workers) take turns
+on a lock file beside the cache, so the GGUF is dequantized once and the others reuse it.
 Nothing is ever downloaded: every load passes ``local_files_only=True``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib.util
 import json
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,14 +77,33 @@ def _legacy_gguf() -> Path | None:
     return files[0] if files else None
 
 
+@contextlib.contextmanager
+def _conversion_lock(target: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``.<target>.lock`` beside ``target`` (released on exit,
+    also when the process dies)."""
+    with open(target.parent / f".{target.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def convert_gguf(gguf: Path, target: Path) -> Path:
     """Convert ``gguf`` into an HF directory at ``target`` (atomic; no-op when it exists)."""
     if (target / MARKER).is_file():
         return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _conversion_lock(target):
+        if (target / MARKER).is_file():  # another process converted it while this one waited
+            return target
+        return _convert(gguf, target)
+
+
+def _convert(gguf: Path, target: Path) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)

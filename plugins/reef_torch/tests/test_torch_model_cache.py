@@ -1,7 +1,10 @@
-"""The GGUF conversion cache is written atomically: a crash leaves no half directory."""
+"""The GGUF conversion cache is written atomically: a crash leaves no half directory, and
+conversions that start at once take turns, so the model is converted once."""
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -53,13 +56,44 @@ def test_crash_mid_conversion_leaves_no_cache_then_retry_completes(tmp_path, fak
     with pytest.raises(OSError, match="disk full"):
         convert_gguf(gguf, target)
     assert not target.exists()
-    assert list((tmp_path / "cache").iterdir()) == []  # the temporary directory is gone too
+    # the temporary directory is gone too (the lock file stays: removing it would race its next user)
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [".model.lock"]
 
     fake_loaders["crash"] = False
     assert convert_gguf(gguf, target) == target
     assert (target / MARKER).is_file() and (target / "tokenizer.json").is_file()
     fake_loaders["crash"] = True  # a complete cache is reused, never converted again
     assert convert_gguf(gguf, target) == target
+
+
+def test_conversions_started_at_once_convert_once(tmp_path, monkeypatch):
+    gguf = tmp_path / "src" / "Model.Q4.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"gguf")
+    target = tmp_path / "cache" / "model"
+    loads = []
+
+    def slow_load(*args, **kwargs):  # long enough that every thread passes the first cache check
+        loads.append(threading.get_ident())
+        time.sleep(0.5)
+        return FakeModel(crash=False)
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: FakeTokenizer())
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", slow_load)
+    start, results = threading.Barrier(4), []
+
+    def convert():
+        start.wait()
+        results.append(convert_gguf(gguf, target))
+
+    threads = [threading.Thread(target=convert) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [target] * 4 and len(loads) == 1
+    assert (target / MARKER).is_file()
+    assert sorted(p.name for p in target.parent.iterdir()) == [".model.lock", "model"]
 
 
 def test_embedded_model_uses_the_env_cache_dir(tmp_path, monkeypatch, fake_loaders):
