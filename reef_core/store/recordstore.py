@@ -24,6 +24,7 @@ from .episodes import EpisodeStore
 from .leases import LeaseStore
 from .models import CandidateRow, Consumption, Record, Release, Report, ReportReference, storable, utcnow
 from .modes import ModeStore
+from .record_insert import SQLiteRecordInsert
 from .retention import RetentionStore
 
 _RECORD_COLUMNS = tuple(c.name for c in Record.__table__.columns if c.name != "seq")
@@ -50,6 +51,9 @@ class RecordStore(ConsumptionStore, EpisodeStore, LeaseStore, ModeStore, Retenti
         except BaseException:
             self.close()
             raise
+        #: SQLite's record insert on the driver connection (``record_insert``); None elsewhere
+        self._insert_records = SQLiteRecordInsert(self._writer, _RECORD_COLUMNS) \
+            if self._writer.dialect.name == "sqlite" else None
 
     @property
     def dialect(self) -> str:
@@ -76,6 +80,9 @@ class RecordStore(ConsumptionStore, EpisodeStore, LeaseStore, ModeStore, Retenti
         read a record back to learn it.
         """
         if not records:
+            return
+        if self._insert_records is not None:
+            self._insert_records(records)
             return
         rows = [{name: getattr(r, name) for name in _RECORD_COLUMNS} for r in records]
         with self._writer.begin() as conn:
