@@ -248,7 +248,12 @@ if __name__ == "__main__":
     parser.add_argument("--rss-tokens", type=int, default=16, help="max_tokens of each phase-4 request")
     parser.add_argument("--rss-warmup", type=int, default=64, help="phase-4 requests before the plateau is read")
     parser.add_argument("--rss-every", type=int, default=100, help="print RSS every this many phase-4 requests")
+    parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     args = parser.parse_args()
+    if args.threads > 0:
+        import torch
+
+        torch.set_num_threads(args.threads)
     if args.rss_only and args.rss_requests <= 0:
         parser.error("--rss-only needs --rss-requests N")
     sys.exit(asyncio.run(main(args.tokens, args.rounds, args.rss_requests, args.rss_only, args.rss_tokens,

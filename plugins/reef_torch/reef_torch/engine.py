@@ -17,7 +17,7 @@ when the rows' adapters differ).
 Memory stays bounded: the running batch's keys and values live in one ``KVBuffer``
 (``kv_cache.py``) that is written in place and reused from batch to batch, at most
 ``max_batch_size`` rows of ``max_len`` tokens; only a prefill builds a short-lived cache for
-its newcomers. When the batch empties, freed heap pages go back to the OS (``malloc_trim``).
+its newcomers. When the engine goes idle, freed heap pages go back to the OS (``malloc_trim``).
 """
 
 from __future__ import annotations
@@ -140,6 +140,7 @@ class GenerationEngine:
         #: keys and values of the running rows, reused from batch to batch
         self.kv = KVBuffer(self.max_batch_size, int(max_len))
         self._mask: torch.Tensor | None = None
+        self._trim_due = False  # the batch emptied since the heap was last trimmed
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="reef-torch-engine", daemon=True)
         self._thread.start()
@@ -192,6 +193,9 @@ class GenerationEngine:
                 except Exception as exc:  # a failed forward fails its batch, not the engine
                     log.exception("generation step failed")
                     self._fail_all(exc)
+                if self._trim_due and not (self._rows or self._pending or self._commands):
+                    self._trim_due = False  # going idle: nobody waits for the trim
+                    _trim_heap()
         self._shutdown()
 
     def _wait_for_work(self) -> list[GenerationRequest] | None:
@@ -408,10 +412,10 @@ class GenerationEngine:
         self._mask = mask[:, start:]
 
     def _clear_batch(self) -> None:
-        """The batch is empty (finished or failed): reset the KV buffer and give freed heap back."""
+        """The batch is empty (finished or failed): reset the KV buffer; trim the heap once idle."""
         self._rows, self._mask = [], None
         self.kv.clear()
-        _trim_heap()
+        self._trim_due = True
 
     def _leave(self, req: GenerationRequest) -> None:
         if req.on_leave is not None:
@@ -474,8 +478,8 @@ def _trim_heap() -> None:
 
     CPU tensors come from malloc: after a batch, its activations and prefill caches are freed
     but glibc keeps the pages mapped (fragmented between live blocks, or simply cached), so
-    resident memory only ratchets up. Trimming when the batch empties costs about a millisecond
-    and runs at most once per batch.
+    resident memory only ratchets up. A trim costs about a millisecond (a few hundred after a
+    large release); the engine runs it only when it goes idle with nothing queued.
     """
     if _malloc_trim is not None:
         _malloc_trim(0)
