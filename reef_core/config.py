@@ -66,6 +66,9 @@ class ServerSettings(_Strict):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     #: worker processes behind the one port (``reef_core.serve.runner``), each a full kernel
     workers: int = Field(1, ge=1, le=64)
+    #: allocations between collections of Python's youngest GC generation while serving
+    #: (``reef_core.serve.gc_tuning``); null keeps Python's default (700)
+    gc_young_threshold: int | None = Field(20_000, ge=100)
 
 
 class TokenSettings(_Strict):

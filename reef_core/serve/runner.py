@@ -26,6 +26,7 @@ from ..errors import ConfigError, ReefError, StartupError
 from ..kernel import Reef
 from ..plugins import Plugins
 from ..served_config import connect_url
+from .gc_tuning import tune_for_serving
 
 log = logging.getLogger("reef")
 
@@ -213,6 +214,7 @@ class _KernelFirstServer(uvicorn.Server):
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         await self.reef.start()
+        tune_for_serving(self.reef.settings.server.gc_young_threshold)
         if self.warning:
             log.warning("%s", self.warning)
         try:
