@@ -1,6 +1,6 @@
 """Proxy overhead: direct to a stub model vs through Reef vs through the LiteLLM proxy.
 
-    python bench/proxy_overhead.py [--seconds 3] [--rounds 3] [--no-litellm] [--workers 1,2]
+    python bench/proxy_overhead.py [--seconds 3] [--rounds 3] [--no-litellm] [--workers 1,2] [--baseline DIR]
 
 Starts a fast stub upstream (raw ASGI under uvicorn), a ``reef serve`` in front of it (one
 worker, SQLite, every record durable), and, when installed, a LiteLLM proxy whose
@@ -13,7 +13,9 @@ client (httpx) would eat the CPU the servers need on a small machine. Reported p
 requests/s, latency p50/p99, time to first byte for streams, latency added over direct, and
 CPU seconds used by the target's processes per 1,000 requests (from /proc), the tail as
 p99/p50, and — with ``--workers 1,2`` — one Reef per worker count (``reef``, ``reef-w2``, all
-on one store kind, every record durable) with each one's throughput relative to one worker.
+on one store kind, every record durable) with each one's throughput relative to one worker;
+with ``--baseline DIR`` a Reef from another source tree (``git worktree add DIR REV``) runs as
+``base`` beside the current one, so a change is measured old against new in one run.
 """
 
 from __future__ import annotations
@@ -253,8 +255,8 @@ class Target:
 
 
 def start_targets(tmp: Path, with_litellm: bool, reef_state: Path | None = None,
-                  reef_synchronous: str = "full",
-                  workers: tuple[int, ...] = (1,)) -> tuple[list[Target], list[subprocess.Popen]]:
+                  reef_synchronous: str = "full", workers: tuple[int, ...] = (1,),
+                  baseline: Path | None = None) -> tuple[list[Target], list[subprocess.Popen]]:
     procs = []
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
@@ -268,15 +270,18 @@ def start_targets(tmp: Path, with_litellm: bool, reef_state: Path | None = None,
     # Both proxies check a bearer token on every request, as they would in production.
     reef_env = {**env, "REEF_PLUGINS": "", "REEF_TOKEN": BENCH_KEY}
     auth = b"authorization: Bearer " + BENCH_KEY.encode() + b"\r\n"
-    for n in workers:
-        name = "reef" if n == 1 else f"reef-w{n}"
+    reefs = [("reef" if n == 1 else f"reef-w{n}", n, reef_env) for n in workers]
+    if baseline is not None:  # the same server from another source tree (e.g. a worktree of an older commit)
+        reefs.append(("base", 1, {**reef_env, "PYTHONPATH": os.pathsep.join([str(baseline.resolve()),
+                                                                             reef_env["PYTHONPATH"]])}))
+    for name, n, target_env in reefs:
         reef_port = free_port()
         state = (reef_state / name) if reef_state else tmp / name
         reef = subprocess.Popen([sys.executable, "-c", "from reef_core.cli import main; main()", "serve",
                                  f"server.port={reef_port}", f"server.state_dir={state}", f"server.workers={n}",
                                  f"runtime.upstream_url=http://127.0.0.1:{stub_port}", "server.log_level=warning",
                                  f"record_store.synchronous={reef_synchronous}"],
-                                env=reef_env)
+                                env=target_env)
         procs.append(reef)
         if not wait_http(reef_port, "/readyz", reef):
             raise SystemExit(f"reef serve ({n} worker(s)) did not start")
@@ -362,6 +367,11 @@ def summarize(results, stream: bool, concurrency: int) -> list[str]:
         lines.append(f"reef/litellm: throughput x{r['rps'] / lt['rps']:.2f}, added p50 "
                      f"{(r['p50'] - d['p50']):.2f} vs {(lt['p50'] - d['p50']):.2f} ms, "
                      f"cpu per request x{r['cpu_per_1k'] / lt['cpu_per_1k']:.2f}")
+    if "base" in merged and "reef" in merged:
+        r, b = merged["reef"], merged["base"]
+        lines.append(f"reef/base: throughput x{r['rps'] / b['rps']:.2f}, added p50 "
+                     f"{(r['p50'] - d['p50']):.2f} vs {(b['p50'] - d['p50']):.2f} ms, p99 {r['p99']:.2f} vs "
+                     f"{b['p99']:.2f} ms, cpu per request x{r['cpu_per_1k'] / b['cpu_per_1k']:.2f}")
     return lines
 
 
@@ -379,6 +389,8 @@ def main() -> None:
                                                          "fsync costs); a fresh temporary one by default")
     ap.add_argument("--workers", default="1", help="server.workers of each Reef to start, comma-separated "
                                                      "(e.g. 1,2: the x 1 wkr column is the scaling)")
+    ap.add_argument("--baseline", type=Path, help="also run Reef from this source tree (its reef_core first on "
+                                                   "PYTHONPATH) as target 'base': old and new code side by side")
     ap.add_argument("--stub", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.stub:
@@ -386,7 +398,8 @@ def main() -> None:
         return
     tmp = Path(tempfile.mkdtemp(prefix="reef-bench-"))
     workers = tuple(sorted({int(w) for w in args.workers.split(",")} | {1}))
-    targets, procs = start_targets(tmp, not args.no_litellm, args.reef_state_dir, args.reef_synchronous, workers)
+    targets, procs = start_targets(tmp, not args.no_litellm, args.reef_state_dir, args.reef_synchronous, workers,
+                                   args.baseline)
     print(f"targets: {', '.join(t.name for t in targets)}; {os.cpu_count()} CPUs; "
           f"{args.rounds} rounds x {args.seconds}s per target and scenario; "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
