@@ -334,9 +334,6 @@ class _RecordedStream(StreamingResponse):
 
         watcher = asyncio.ensure_future(watch())
         try:
-            # let the watcher take its first look: a client that left while the runtime was
-            # still silent is seen now, before a stream already buffered is relayed to nobody
-            await asyncio.sleep(0)
             await self.stream_response(send)
             finished = True
         except asyncio.CancelledError:
@@ -421,6 +418,10 @@ async def _relay(job: _StreamJob, first: list[dict[str, Any]], translator: Any) 
         # Tell the client in-band: both SDKs raise on an error event inside a stream.
         yield _sse(dialect, _stream_error(dialect, status, error))
         return
+    # One turn of the loop before the answer counts as delivered: a stream that was already
+    # buffered upstream can be relayed without ever yielding, and the disconnect watcher must get
+    # to look (a client that left while the runtime was still silent is seen here).
+    await asyncio.sleep(0)
     if job.client_gone:
         return
     try:
