@@ -139,6 +139,8 @@ async def rss_phase(rt, idle: dict[str, int], requests: int, tokens: int, warmup
           f"{final['RssAnon'] / after_warmup['RssAnon']:.2f}x); highest sample {mb(max(samples, default=final['VmRSS']))}")
     print(f"   peak (VmHWM)         : {mb(final['VmHWM'])}")
     print(f"   {requests + warmup} requests in {elapsed:.0f} s ({(requests + warmup) / elapsed:.1f} req/s)")
+    await asyncio.sleep(2.0)  # the engine tidies up once it goes idle
+    print(f"   idle again (2 s later): {split(memory())}")
 
 
 async def main(tokens: int, rounds: int, rss_requests: int = 0, rss_only: bool = False, rss_tokens: int = 16,

@@ -478,7 +478,7 @@ def _trim_heap() -> None:
 
     CPU tensors come from malloc: after a batch, its activations and prefill caches are freed
     but glibc keeps the pages mapped (fragmented between live blocks, or simply cached), so
-    resident memory only ratchets up. A trim costs about a millisecond (a few hundred after a
+    resident memory only ratchets up. A trim costs about a millisecond (about 200 ms after a
     large release); the engine runs it only when it goes idle with nothing queued.
     """
     if _malloc_trim is not None:
