@@ -28,6 +28,9 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from proxy_overhead import status_memory  # noqa: E402
+
 PROMPTS = [
     "Write a long story about a dragon who learns to cook.",
     "Explain in detail how a bicycle works.",
@@ -43,12 +46,7 @@ PROMPTS = [
 def memory() -> dict[str, int]:
     """This process's resident set now (VmRSS: RssAnon, the heap, plus RssFile, mostly the memory-mapped
     weights, paged in by the first forward) and its peak (VmHWM), in bytes, from /proc."""
-    out = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
-            out[key] = int(value.split()[0]) * 1024
-    return out
+    return status_memory()
 
 
 def mb(n: int) -> str:

@@ -203,6 +203,17 @@ def process_stats() -> dict[int, tuple[str, list[str]]]:
     return stats
 
 
+def status_memory(pid: int | str = "self") -> dict[str, int]:
+    """Memory lines of ``/proc/<pid>/status`` in bytes: the resident set (VmRSS, split into
+    RssAnon, the heap, and RssFile, mapped files) and its peak (VmHWM)."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
+            out[key] = int(value.split()[0]) * 1024
+    return out
+
+
 def stat_cpu(fields: list[str]) -> float:
     """user+system CPU seconds from a process's stat fields."""
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -25,15 +25,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from proxy_overhead import free_port, wait_http  # noqa: E402
-
-
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+from proxy_overhead import free_port, status_memory, wait_http  # noqa: E402
 
 
 def healthy(port: int) -> bool:
@@ -55,7 +47,7 @@ def one_start(env: dict, state: Path, upstream: str, timeout: float = 60) -> tup
             if proc.poll() is not None or time.perf_counter() - started > timeout:
                 raise SystemExit(f"reef serve did not become healthy (exit code {proc.poll()})")
             time.sleep(0.01)
-        return time.perf_counter() - started, rss_mb(proc.pid)
+        return time.perf_counter() - started, status_memory(proc.pid)["VmRSS"] / 2**20
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
