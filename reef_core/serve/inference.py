@@ -335,7 +335,6 @@ class _RecordedStream(StreamingResponse):
         watcher = asyncio.ensure_future(watch())
         try:
             await self.stream_response(send)
-            finished = True
         except asyncio.CancelledError:
             if not interrupted:
                 raise
@@ -343,7 +342,7 @@ class _RecordedStream(StreamingResponse):
             if uncancel is not None:
                 uncancel()
         finally:
-            finished = True
+            finished = True  # before any await: the watcher cannot run in between
             watcher.cancel()
             with anyio.CancelScope(shield=True):
                 await job.finalize()
