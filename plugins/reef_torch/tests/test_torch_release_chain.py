@@ -73,6 +73,8 @@ def test_adapter_release_evaluated_published_swapped_and_rolled_back(tiny_model_
         "evaluator=task_suite", f"evaluator.tasks={tasks}", "evaluator.grader=contains",
         "+evaluator.params.temperature=0", "+evaluator.params.max_tokens=6",
         "+scenarios.free.evaluator=always",
+        # growth only on request: an automatic step a report wakes would answer the test's grow busy
+        "loop.enabled=false",
     ]
     with testing.registered("recipe", "word_adapter", WordAdapterRecipe), \
             testing.ReefServer(tmp_path / "state", overrides, tokens=ADMIN, token="adm") as reef:
