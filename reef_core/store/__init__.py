@@ -1,6 +1,7 @@
 """Reef's record store: SQLModel tables, SQLite (WAL) or PostgreSQL, Alembic migrations."""
 
 from .consumption import PoolRule
+from .ids import new_id
 from .leases import LEASE_CHANNEL, LeaseLost
 from .models import (
     CandidateRow,
@@ -11,7 +12,6 @@ from .models import (
     Release,
     Report,
     ReportReference,
-    new_id,
     to_json,
     utcnow,
 )

@@ -6,7 +6,6 @@ without adding a migration.
 
 from __future__ import annotations
 
-import os
 from datetime import datetime, timezone
 from typing import Any
 
@@ -16,11 +15,6 @@ from sqlmodel import Field, SQLModel
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def new_id(prefix: str) -> str:
-    """``prefix`` and 128 random bits in hex (the length of a UUID's hex, without building one)."""
-    return f"{prefix}_{os.urandom(16).hex()}"
 
 
 def storable(text: str) -> bool:
