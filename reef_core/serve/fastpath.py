@@ -7,6 +7,9 @@ overhead. This pure-ASGI middleware answers ``POST /v1/chat/completions`` and
 authentication, and turns exceptions into responses with the app's own exception handlers,
 so answers, error shapes and metrics are identical. The FastAPI routes stay declared: they
 describe the endpoints in ``/openapi.json`` and serve anything this does not take.
+
+Where it sits: in front of FastAPI's own middleware (``app.ReefApp.entry``), unless FastAPI's
+OpenTelemetry support is on, which has to see every request; then inside it.
 """
 
 from __future__ import annotations
