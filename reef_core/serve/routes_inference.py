@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
+from ..errors import NotFoundError
 from ..store import new_id
 from . import jsonfast
 from .auth import Principal, check_scenario, require_role
@@ -225,6 +226,32 @@ async def responses(request: Request, principal: Principal = _infer) -> Response
     further if it speaks Anthropic) and recorded; the receipt is in ``x-reef-agent-record-id`` and
     is also the response's ``id``, which ``previous_response_id`` continues."""
     return await _serve(request, principal, "responses", "openai.responses")
+
+
+@router.get("/v1/responses/{response_id}", summary="A stored OpenAI Responses answer",
+            responses={200: {"description": "The response object, as `POST /v1/responses` answered it."},
+                       404: {"description": "No retrievable response with this id in the scenario."}})
+async def retrieve_response(response_id: str, request: Request, principal: Principal = _infer) -> Response:
+    """What a ``/v1/responses`` request of this scenario was answered with, by its ``id`` (the
+    receipt), as OpenAI's ``GET /v1/responses/{id}`` returns it: ``completed``, or
+    ``incomplete`` for a stream that was cut. Like ``previous_response_id`` it reads only the
+    request's scenario (``x-reef-scenario``); a response created with ``store: false``, one of
+    another route or scenario, and one that failed before answering are 404s."""
+    state: ServeState = request.app.state.serve
+    scenario, _, _ = _request_meta(request, state.default_scenario)
+    check_scenario(principal, scenario)
+    if request.query_params.get("stream") in ("true", "1"):
+        raise ClientError("stream: replaying a stored response as events is not supported; retrieve it without "
+                          "stream", param="stream")
+    record = await run_in_threadpool(state.reef.store.get_record, response_id)
+    found = record is not None and record.scenario == scenario and record.route == "openai.responses" \
+        and isinstance(record.response, dict) and record.response.get("object") == "response"
+    if not found:
+        raise NotFoundError(f"no stored response {response_id!r} in scenario {scenario!r}")
+    if isinstance(record.request, dict) and record.request.get("store") is False:
+        raise NotFoundError(f"response {response_id!r} was created with store: false, so it cannot be retrieved")
+    return Response(jsonfast.dumps(record.response), media_type="application/json",
+                    headers={"x-reef-agent-record-id": record.id})
 
 
 @router.get("/v1/models", summary="Models served (OpenAI list shape; Anthropic shape with anthropic-version)")

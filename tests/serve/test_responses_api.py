@@ -256,3 +256,45 @@ def test_namespace_tools_are_flattened_and_split_back(tmp_path):
                 {"type": "function_call_output", "call_id": call["call_id"], "output": "ok"}]}).json()
             assert second["output"][0]["content"][0]["text"] == "closed"
             assert up.requests[-1]["messages"][0]["content"][0]["name"] == "agents__close_agent"
+
+
+def test_a_stored_response_is_retrieved_by_its_id(tmp_path):
+    with FakeUpstream("openai", responder) as up, ReefServer(tmp_path / "state", upstream=up) as reef:
+        client = reef.openai()
+        made = client.responses.create(model="fake-model", input="Say hi")
+        got = client.responses.retrieve(made.id)
+        assert got.model_dump() == made.model_dump() and got.output_text == "hello from upstream"
+        # a streamed answer is stored as its final response object
+        with client.responses.stream(model="fake-model", input="Say hi") as events:
+            final = events.get_final_response()
+        got = client.responses.retrieve(final.id)  # (the stream's final object is the SDK's parsed subclass)
+        assert (got.id, got.status, got.output_text, got.usage) == (final.id, "completed", final.output_text, final.usage)
+        assert len(up.requests) == 2  # retrieving calls no model
+
+
+def test_what_cannot_be_retrieved_is_an_openai_shaped_404(tmp_path):
+    tokens = [{"token": "adm", "role": "admin"}, {"token": "only-a", "role": "infer", "scenarios": ["a"]}]
+    with FakeUpstream("openai", responder) as up, \
+            ReefServer(tmp_path / "state", upstream=up, tokens=tokens, token="adm") as reef:
+        client = reef.openai()
+        in_a = client.responses.create(model="fake-model", input="hi", extra_headers={"x-reef-scenario": "a"})
+        unstored = client.responses.create(model="fake-model", input="hi", store=False)
+        chat = reef.client().post("/v1/chat/completions",
+                                  json={"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]})
+        chat_receipt = chat.headers["x-reef-agent-record-id"]
+        for rid, scenario, words in ((in_a.id, "default", "no stored response"),
+                                     (unstored.id, "default", "store: false"),
+                                     (chat_receipt, "default", "no stored response"),
+                                     ("rec_missing", "a", "no stored response"),
+                                     ("rec_\x00", "a", "no stored response")):
+            with pytest.raises(openai.NotFoundError) as err:
+                client.responses.retrieve(rid, extra_headers={"x-reef-scenario": scenario})
+            assert words in err.value.body["message"] and err.value.body["type"] == "not_found_error"
+        assert client.responses.retrieve(in_a.id, extra_headers={"x-reef-scenario": "a"}).id == in_a.id
+        # a token limited to scenario a reads a, and nothing of the default scenario
+        limited = reef.openai(token="only-a")
+        assert limited.responses.retrieve(in_a.id, extra_headers={"x-reef-scenario": "a"}).id == in_a.id
+        with pytest.raises(openai.PermissionDeniedError):
+            limited.responses.retrieve(unstored.id)
+        r = reef.client().get(f"/v1/responses/{in_a.id}", params={"stream": "true"}, headers={"x-reef-scenario": "a"})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "stream"
