@@ -86,7 +86,6 @@ def test_unknown_recipe_is_a_clear_error(tmp_path):
     assert "not an installed recipe" in result.output and "feedback_rules" in result.output
 
 
-@pytest.mark.slow
 def test_demo_quick_publishes_and_the_score_rises(tmp_path):
     pytest.importorskip("reef_torch")
     pytest.importorskip("matplotlib")

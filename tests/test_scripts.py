@@ -94,7 +94,22 @@ def test_scripts_test_runs_its_own_postgres_without_one(tmp_path):
     result = subprocess.run([str(tree / "scripts" / "test"), "tests/x.py"], env=env, capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert log.read_text().splitlines() == ["postgres.sh --run", "python -m pytest tests/x.py url=postgresql://own"]
+    assert log.read_text().splitlines() == ["postgres.sh --run",
+                                            "python -m pytest -m not slow tests/x.py url=postgresql://own"]
+
+
+@pytest.mark.parametrize("argv, pytest_args", [
+    (["--all"], ""),
+    (["tests/x.py", "--all", "-x"], " tests/x.py -x"),
+    (["-m", "postgres"], " -m not slow -m postgres"),  # pytest takes the last -m
+])
+def test_scripts_test_runs_the_slow_tests_only_with_all(tmp_path, argv, pytest_args):
+    tree, log = _fake_checkout(tmp_path), tmp_path / "log"
+    env = {**os.environ, "LOG": str(log), "REEF_TEST_POSTGRES_URL": "postgresql://given"}
+    result = subprocess.run([str(tree / "scripts" / "test"), *argv], env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert log.read_text().splitlines() == [f"python -m pytest{pytest_args} url=postgresql://given"]
 
 
 def _accepts(port: int) -> bool:

@@ -120,7 +120,6 @@ def wheelhouse(tmp_path_factory):
     return {"dir": house, "logs": logs, "wheels": wheels, "seconds": time.monotonic() - started}
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("dist", list(PACKAGES))
 def test_every_wheel_builds_without_a_warning(wheelhouse, dist):
     warnings = [line.strip() for line in wheelhouse["logs"][dist].splitlines()
@@ -129,7 +128,6 @@ def test_every_wheel_builds_without_a_warning(wheelhouse, dist):
     assert wheelhouse["wheels"][dist].name.endswith("-py3-none-any.whl")
 
 
-@pytest.mark.slow
 def test_the_model_wheel_carries_the_checked_gguf(wheelhouse):
     import reef_smollm2
 
@@ -237,7 +235,6 @@ class _Serving:
             self.process.wait()
 
 
-@pytest.mark.slow
 def test_pip_install_reef_torch_serves_the_embedded_model(wheelhouse, installed, tmp_path):
     timings = {"build wheels": wheelhouse["seconds"]}
     bin_dir, timings["venv + pip install"] = installed["local"].result()
@@ -289,7 +286,6 @@ def _magic_word_model(body):
     return f"The word is {WORD}." if WORD in system_prompt(body) else "I cannot say."
 
 
-@pytest.mark.slow
 def test_pip_install_reef_recipe_gepa_serves_and_learns(installed, tmp_path):
     timings = {}
     bin_dir, timings["venv + pip install"] = installed["gepa"].result()

@@ -24,8 +24,6 @@ from reef_core.testing import FakeUpstream, ReefServer
 
 from .conftest import feedback_rules_config, report, settings_for, wait_published
 
-pytestmark = pytest.mark.slow  # each test runs a real agent CLI twice
-
 ROOT = Path(__file__).resolve().parents[2]
 REEF = str(Path(sys.executable).with_name("reef"))
 FIRST_RULE = "Rule one: end every answer with a full stop"

@@ -23,8 +23,6 @@ from reef_core.testing import FakeUpstream
 from .conftest import ask, capital_model, feedback_rules_config, report, wait_for, write_config
 from .slow_gate import LAUNCHER, gate_runs
 
-pytestmark = pytest.mark.slow
-
 REPO = Path(__file__).resolve().parents[2]
 GATE_S = 2.5
 LEASE_TTL_S = 3
