@@ -157,7 +157,7 @@ def test_a_replacement_that_fails_to_start_is_started_again(tmp_path):
         proc.terminate()
         out, _ = proc.communicate(timeout=30)
         assert proc.returncode == 0 and "STARTUP FAILED" not in out
-        assert "worker %d exited (code 2)" % pids[2] in out
+        assert f"worker {pids[2]} exited (code 2)" in out
     finally:
         if proc.poll() is None:
             proc.kill()
