@@ -2,7 +2,9 @@
 
 The worker sleeps until poked (a report was stored, the schedule fired, start-up), checks
 whether the eligible batch is full and runs a step. ``grow_now`` runs a step on request;
-while a step is running it answers ``busy`` instead of queueing behind it.
+while a step is running it answers ``busy`` instead of queueing behind it (an automatic
+check that is only asking whether a batch is full is waited for: it takes milliseconds,
+and a script that reports and then grows must not get ``busy`` because of it).
 
 A step runs while this process holds the scenario's growth lease (``reef_core.grow.lease``);
 while another process holds it, the step answers ``busy`` and an automatic trigger checks
@@ -48,6 +50,9 @@ class ScenarioWorker:
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._retry: asyncio.TimerHandle | None = None
+        #: while an automatic trigger holds the lock only to check whether a step is due: set
+        #: when the check has its answer (a step that is due then keeps the lock)
+        self._checking: asyncio.Event | None = None
         #: asked before each automatic step (the scenario's learning mode); None: always allowed
         self.may_grow_auto: Callable[[], Awaitable[bool]] | None = None
 
@@ -103,10 +108,16 @@ class ScenarioWorker:
         # to learn holds the lease for a few milliseconds, and is no reason to answer busy
         wait_s = MANUAL_LEASE_WAIT_S if trigger == "manual" else 0.0
         async with self.lock:
-            if trigger != "manual" and not await asyncio.to_thread(auto_step_due, self.reef,
-                                                                   self.plan_of(self.scenario)):
-                return StepResult(scenario=self.scenario, trigger=trigger, outcome="nothing",
-                                  reason="no full batch of eligible experience")
+            if trigger != "manual":
+                checking = self._checking = asyncio.Event()
+                try:
+                    due = await asyncio.to_thread(auto_step_due, self.reef, self.plan_of(self.scenario))
+                finally:
+                    self._checking = None
+                    checking.set()  # a waiting grow_now runs once this task has let go of the lock
+                if not due:
+                    return StepResult(scenario=self.scenario, trigger=trigger, outcome="nothing",
+                                      reason="no full batch of eligible experience")
             return await self._step_leased(trigger, progress, wait_s)
 
     async def _step_leased(self, trigger: str, progress: Any, wait_s: float) -> StepResult:
@@ -153,6 +164,9 @@ class ScenarioWorker:
 
     async def grow_now(self, progress: Any = None) -> StepResult:
         """Run a step on request, or answer ``busy`` while one is running."""
+        checking = self._checking
+        if checking is not None:  # an automatic check: wait for its answer
+            await checking.wait()
         if self.lock.locked():
             return StepResult(scenario=self.scenario, trigger="manual", outcome="busy",
                               reason="a growth step is already running for this scenario")
