@@ -60,7 +60,8 @@ class ReefApp(FastAPI):
     coroutine and a ``send`` wrapper: about 7 % of the event loop's CPU per request on the
     proxy path); everything else goes through them as before. ``entry`` stays None, and the
     fast path sits inside FastAPI's stack, while OpenTelemetry is on, so that inference
-    requests keep their spans.
+    requests keep their spans. Middleware added to the app later (``app.add_middleware``) joins
+    FastAPI's stack, so with ``entry`` set it does not see the inference routes.
     """
 
     entry: ASGIApp | None = None
