@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 from fastapi import FastAPI
@@ -60,11 +61,28 @@ class ReefApp(FastAPI):
     coroutine and a ``send`` wrapper: about 7 % of the event loop's CPU per request on the
     proxy path); everything else goes through them as before. ``entry`` stays None, and the
     fast path sits inside FastAPI's stack, while OpenTelemetry is on, so that inference
-    requests keep their spans. Middleware added to the app later (``app.add_middleware``) joins
-    FastAPI's stack, so with ``entry`` set it does not see the inference routes.
+    requests keep their spans, and once other middleware is added to the app (it has to see
+    every request too).
     """
 
     entry: ASGIApp | None = None
+    _max_body_bytes: int = 0
+
+    def serve_inference(self, max_body_bytes: int, *, in_front: bool) -> None:
+        """Install the inference fast path inside the body-size guard: in front of FastAPI's
+        stack (``entry``) or as the innermost user middleware."""
+        self._max_body_bytes = max_body_bytes
+        if in_front:
+            self.entry = BodyLimitMiddleware(InferenceFastPath(self.stack), max_body_bytes=max_body_bytes)
+        else:
+            super().add_middleware(InferenceFastPath)
+            super().add_middleware(BodyLimitMiddleware, max_body_bytes=max_body_bytes)
+
+    def add_middleware(self, middleware_class: Any, *args: Any, **kwargs: Any) -> None:
+        if self.entry is not None:  # the fast path moves inside, under the new middleware
+            self.entry = None
+            self.serve_inference(self._max_body_bytes, in_front=False)
+        super().add_middleware(middleware_class, *args, **kwargs)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.entry is None:
@@ -117,12 +135,7 @@ def create_app(reef: Reef) -> FastAPI:
     install_error_handlers(app)
     # The inference fast path runs inside the body-size guard: in front of FastAPI's stack
     # unless FastAPI's OpenTelemetry is on (an empty ``telemetry``), then inside it.
-    max_body = reef.settings.server.max_body_bytes
-    if telemetry:
-        app.entry = BodyLimitMiddleware(InferenceFastPath(app.stack), max_body_bytes=max_body)
-    else:
-        app.add_middleware(InferenceFastPath)
-        app.add_middleware(BodyLimitMiddleware, max_body_bytes=max_body)
+    app.serve_inference(reef.settings.server.max_body_bytes, in_front=bool(telemetry))
 
     from ..ui import install_ui
     from .routes_inference import router as inference_router

@@ -86,3 +86,28 @@ def test_with_telemetry_inference_goes_through_fastapis_stack(reef_server, fake_
     assert r.status_code == 200, r.text
     assert r.headers["x-reef-agent-record-id"]
     assert [path for app, path in seen if app is server.app] == ["/v1/chat/completions"]
+
+
+def test_middleware_added_later_sees_the_inference_routes_too(tmp_path, fake_upstream):
+    from reef_core.testing import ReefServer
+
+    seen: list[str] = []
+
+    async def tag(request, call_next):
+        seen.append(request.url.path)
+        response = await call_next(request)
+        response.headers["x-added-later"] = "yes"
+        return response
+
+    reef = ReefServer(tmp_path / "state", upstream=fake_upstream())
+    assert reef.app.entry is not None
+    reef.app.middleware("http")(tag)
+    assert reef.app.entry is None
+    with reef:
+        client = reef.client()
+        r = client.post("/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 200 and r.headers["x-added-later"] == "yes" and r.headers["x-reef-agent-record-id"]
+        big = b"x" * (reef.settings.server.max_body_bytes + 1)
+        r = client.post("/v1/chat/completions", content=big, headers={"content-type": "application/json"})
+        assert r.status_code == 413 and r.headers["x-added-later"] == "yes"  # the guard sits under it, as before
+    assert seen == ["/v1/chat/completions", "/v1/chat/completions"]
