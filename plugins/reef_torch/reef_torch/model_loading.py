@@ -16,11 +16,14 @@ Nothing is ever downloaded: every load passes ``local_files_only=True``.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib.util
 import json
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,21 +77,27 @@ def _legacy_gguf() -> Path | None:
     return files[0] if files else None
 
 
+@contextlib.contextmanager
+def _conversion_lock(target: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``.<target>.lock`` beside ``target`` (released on exit,
+    also when the process dies)."""
+    with open(target.parent / f".{target.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def convert_gguf(gguf: Path, target: Path) -> Path:
     """Convert ``gguf`` into an HF directory at ``target`` (atomic; no-op when it exists)."""
     if (target / MARKER).is_file():
         return target
-    from reef_core.store.filelock import FileLock
-
     target.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(target.parent / f".{target.name}.lock"))  # an exclusive flock, freed if the process dies
-    try:
-        with lock:
-            if (target / MARKER).is_file():  # another process converted it while this one waited
-                return target
-            return _convert(gguf, target)
-    finally:
-        lock.close()
+    with _conversion_lock(target):
+        if (target / MARKER).is_file():  # another process converted it while this one waited
+            return target
+        return _convert(gguf, target)
 
 
 def _convert(gguf: Path, target: Path) -> Path:
