@@ -265,6 +265,15 @@ class Target:
     headers: bytes = b""
 
 
+def check_source(env: dict, cwd: Path, tree: Path) -> None:
+    """Stop unless a Reef started with ``env`` in ``cwd`` imports reef_core from ``tree``: an
+    old-against-new run that quietly ran the same code twice would report noise as a result."""
+    found = subprocess.run([sys.executable, "-c", "import reef_core; print(reef_core.__file__)"], env=env, cwd=cwd,
+                           capture_output=True, text=True).stdout.strip()
+    if Path(found).resolve().parent.parent != tree.resolve():
+        raise SystemExit(f"the baseline Reef would import reef_core from {found or 'nowhere'}, not from {tree}")
+
+
 def start_targets(tmp: Path, with_litellm: bool, reef_state: Path | None = None,
                   reef_synchronous: str = "full", workers: tuple[int, ...] = (1,),
                   baseline: Path | None = None) -> tuple[list[Target], list[subprocess.Popen]]:
@@ -285,14 +294,18 @@ def start_targets(tmp: Path, with_litellm: bool, reef_state: Path | None = None,
     if baseline is not None:  # the same server from another source tree (e.g. a worktree of an older commit)
         reefs.append(("base", 1, {**reef_env, "PYTHONPATH": os.pathsep.join([str(baseline.resolve()),
                                                                              reef_env["PYTHONPATH"]])}))
+    if baseline is not None:
+        check_source(reefs[-1][2], tmp, baseline)
     for name, n, target_env in reefs:
         reef_port = free_port()
         state = (reef_state / name) if reef_state else tmp / name
+        # cwd: ``python -c`` puts the working directory first on sys.path, so started from a
+        # checkout it would import that checkout's reef_core ahead of the baseline's.
         reef = subprocess.Popen([sys.executable, "-c", "from reef_core.cli import main; main()", "serve",
                                  f"server.port={reef_port}", f"server.state_dir={state}", f"server.workers={n}",
                                  f"runtime.upstream_url=http://127.0.0.1:{stub_port}", "server.log_level=warning",
                                  f"record_store.synchronous={reef_synchronous}"],
-                                env=target_env)
+                                env=target_env, cwd=tmp)
         procs.append(reef)
         if not wait_http(reef_port, "/readyz", reef):
             raise SystemExit(f"reef serve ({n} worker(s)) did not start")

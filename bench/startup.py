@@ -25,7 +25,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from proxy_overhead import free_port, status_memory, wait_http  # noqa: E402
+from proxy_overhead import check_source, free_port, status_memory, wait_http  # noqa: E402
 
 
 def healthy(port: int) -> bool:
@@ -41,7 +41,8 @@ def one_start(env: dict, state: Path, upstream: str, timeout: float = 60) -> tup
     started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-c", "from reef_core.cli import main; main()", "serve",
                              f"server.port={port}", f"server.state_dir={state}", f"runtime.upstream_url={upstream}",
-                             "server.log_level=warning"], env=env, stdout=subprocess.DEVNULL)
+                             "server.log_level=warning"], env=env, stdout=subprocess.DEVNULL,
+                            cwd=state.parent)  # not a checkout: ``-c`` puts the cwd first on sys.path
     try:
         while not healthy(port):
             if proc.poll() is not None or time.perf_counter() - started > timeout:
@@ -68,6 +69,8 @@ def main() -> None:
     if args.baseline:
         targets["base"] = {**env, "PYTHONPATH": os.pathsep.join([str(args.baseline.resolve()), env["PYTHONPATH"]])}
     tmp = Path(tempfile.mkdtemp(prefix="reef-startup-"))
+    if args.baseline:
+        check_source(targets["base"], tmp, args.baseline)
     stub_port = free_port()
     stub = subprocess.Popen([sys.executable, str(root / "bench" / "proxy_overhead.py"), "--stub", str(stub_port)],
                             env=env)
