@@ -1,9 +1,11 @@
 """The ``upstream`` runtime: any OpenAI- or Anthropic-compatible HTTP endpoint.
 
 Requests go through one pooled transport per runtime (keep-alive connections, connect and
-read timeouts, ``reef_core.kit.http_transport``). With ``http_transport: auto`` (the
-default) that is aiohttp's pool when aiohttp is installed, because httpx's own pool costs
-milliseconds of CPU per request under concurrency; ``httpx`` forces httpx's own. The runtime speaks
+read timeouts). With ``http_transport: auto`` (the default) or ``http1`` that is Reef's own
+HTTP/1.1 client (``reef_core.kit.http1``: asyncio protocols and httptools, a fifth of
+aiohttp's CPU per request); ``aiohttp`` and ``httpx`` choose those libraries' pools
+(``reef_core.kit.http_transport``; httpx's own costs milliseconds of CPU per request under
+concurrency). The runtime speaks
 ``dialect``; the server translates clients of the other dialect.
 Errors: a connection that cannot be made or times out is ``RuntimeUnavailable`` (502); an
 error status from the upstream is ``RuntimeCallError`` with that status and the upstream's
@@ -90,13 +92,13 @@ class UpstreamRuntime(Runtime):
             if credentials and api_key:
                 raise ValueError("runtime.upstream_url carries credentials (user:password@) and runtime.api_key "
                                  "is set too; use one of them (URL credentials are sent as HTTP Basic auth)")
-        if http_transport not in ("auto", "aiohttp", "httpx"):
-            raise ValueError(f"runtime.http_transport must be auto, aiohttp or httpx, not {http_transport!r}")
+        if http_transport not in ("auto", "http1", "aiohttp", "httpx"):
+            raise ValueError(f"runtime.http_transport must be auto, http1, aiohttp or httpx, not {http_transport!r}")
         from ..kit import http_transport as transports
 
         if http_transport == "aiohttp" and not transports.available():
             raise ValueError("runtime.http_transport is 'aiohttp' but aiohttp is not installed")
-        self.http_transport = "aiohttp" if http_transport != "httpx" and transports.available() else "httpx"
+        self.http_transport = "http1" if http_transport == "auto" else http_transport
         self.dialect = dialect
         self.upstream_url = _base_url(upstream_url) if upstream_url else None
         #: where the upstream is, for the server log only (never in errors: clients read those)
@@ -120,7 +122,7 @@ class UpstreamRuntime(Runtime):
         self._headers = list(headers.items())
         self._stream_headers = list({**headers, "accept": "text/event-stream"}.items())
         self._timeout_ext = self.timeout.as_dict()
-        self._transport: Any = None  # AiohttpTransport or httpx_transport(): the same ``send``
+        self._transport: Any = None  # Http1Transport, AiohttpTransport or httpx_transport(): one ``send``
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -132,7 +134,11 @@ class UpstreamRuntime(Runtime):
         if self.upstream_url is None:
             log.error("%s", UpstreamNotConfigured())
             return
-        if self.http_transport == "aiohttp":
+        if self.http_transport == "http1":
+            from ..kit.http1 import Http1Transport
+
+            self._transport = Http1Transport(max_connections=self.limits.max_connections or 256)
+        elif self.http_transport == "aiohttp":
             from ..kit.http_transport import AiohttpTransport
 
             self._transport = AiohttpTransport(max_connections=self.limits.max_connections or 256)

@@ -1,4 +1,4 @@
-"""The upstream runtime behaves the same on both HTTP transports (aiohttp's pool and httpx's)."""
+"""The upstream runtime behaves the same on every HTTP transport (Reef's own, aiohttp's pool and httpx's)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from reef_core.serve import http_transport
 from reef_core.testing import FakeUpstream, ReefServer, parse_sse
 from reef_core.types import InferenceCall
 
-TRANSPORTS = ["httpx"] + (["aiohttp"] if http_transport.available() else [])
+TRANSPORTS = ["http1", "httpx"] + (["aiohttp"] if http_transport.available() else [])
 BODY = {"model": "m", "messages": [{"role": "user", "content": "a b c d e f"}]}
 
 

@@ -1,4 +1,4 @@
-"""The upstream transports' own interface: ``send`` on aiohttp's pool and on httpx's, the
+"""The upstream transports' own interface: ``send`` on Reef's HTTP/1.1 pool, aiohttp's and httpx's, the
 httpx-transport face of ``AiohttpTransport``, content encodings and error types."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from reef_core.kit import http_transport
+from reef_core.kit.http1 import Http1Transport
 from reef_core.testing import ServerThread
 
 pytestmark = pytest.mark.skipif(not http_transport.available(), reason="aiohttp is not installed")
@@ -38,10 +39,10 @@ def upstream():
 
 
 def _senders():
-    return [http_transport.AiohttpTransport(), http_transport.httpx_transport()]
+    return [http_transport.AiohttpTransport(), http_transport.httpx_transport(), Http1Transport()]
 
 
-@pytest.mark.parametrize("which", [0, 1], ids=["aiohttp", "httpx"])
+@pytest.mark.parametrize("which", [0, 1, 2], ids=["aiohttp", "httpx", "http1"])
 @pytest.mark.parametrize("query", ["", "?gzip=1"], ids=["plain", "gzip"])
 async def test_send_reads_whole_and_in_chunks(upstream, which, query):
     sender = _senders()[which]
@@ -61,7 +62,7 @@ async def test_send_reads_whole_and_in_chunks(upstream, which, query):
         await sender.aclose()
 
 
-@pytest.mark.parametrize("which", [0, 1], ids=["aiohttp", "httpx"])
+@pytest.mark.parametrize("which", [0, 1, 2], ids=["aiohttp", "httpx", "http1"])
 async def test_an_unreachable_upstream_is_httpx_connect_error(which):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -1,0 +1,377 @@
+"""Reef's own HTTP/1.1 upstream client (``reef_core.kit.http1``) against scripted servers:
+the answers a model server may give, keep-alive and its races, timeouts, the pool's limit,
+encodings, TLS, and what a cancelled or abandoned request leaves behind."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import shutil
+import ssl
+import subprocess
+import zlib
+
+import httpx
+import pytest
+
+from reef_core.kit.http1 import Http1Transport
+
+HEADERS = [("content-type", "application/json"), ("authorization", "Bearer k")]
+TIMEOUT = {"connect": 5, "read": 5, "pool": 5}
+
+
+class Scripted:
+    """A TCP server whose every connection runs ``handler(reader, writer, n)``, ``n`` counting
+    the connection's requests; it keeps each request's head and body."""
+
+    def __init__(self, handler):
+        self.handler = handler
+        self.connections = 0
+        self.requests: list[tuple[bytes, bytes]] = []
+        self.server = None
+        self.ssl = None
+
+    async def __aenter__(self):
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.ssl)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc):
+        self.server.close()
+        await asyncio.sleep(0)
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.ssl else 'http'}://{'localhost' if self.ssl else '127.0.0.1'}:{self.port}/v1/chat"
+
+    async def _serve(self, reader, writer):
+        self.connections += 1
+        n = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:"))
+                body = await reader.readexactly(length)
+                self.requests.append((head, body))
+                n += 1
+                if await self.handler(reader, writer, n) is False:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+def answer(body: bytes = b'{"ok":true}', *, headers: str = "", status: str = "200 OK") -> bytes:
+    return f"HTTP/1.1 {status}\r\ncontent-length: {len(body)}\r\n{headers}\r\n".encode() + body
+
+
+async def plain(reader, writer, n):
+    writer.write(answer(b'{"n":%d}' % n))
+
+
+async def test_a_request_and_its_answer_and_keep_alive():
+    async with Scripted(plain) as server:
+        client = Http1Transport()
+        try:
+            for i in range(3):
+                got = await client.send("POST", server.url, HEADERS, b'{"q":%d}' % i, TIMEOUT)
+                assert got.status == 200 and got.headers["content-length"] == "7"
+                assert await got.read() == b'{"n":%d}' % (i + 1)
+                await got.aclose()
+            assert server.connections == 1  # one kept-alive connection carried all three
+            head, body = server.requests[0]
+            assert head.startswith(b"POST /v1/chat HTTP/1.1\r\n") and body == b'{"q":0}'
+            lines = head.lower().split(b"\r\n")
+            assert f"host: 127.0.0.1:{server.port}".encode() in lines and b"authorization: bearer k" in lines
+            assert b"accept-encoding: gzip, deflate" in lines and b"content-length: 7" in lines
+        finally:
+            await client.aclose()
+
+
+async def test_chunked_answers_arrive_as_they_are_sent():
+    async def chunked(reader, writer, n):
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-type: text/event-stream\r\n\r\n")
+        for i in range(3):
+            data = b"data: %d\n\n" % i
+            writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+            await writer.drain()
+            await asyncio.sleep(0.02)
+        writer.write(b"0\r\n\r\n")
+
+    async with Scripted(chunked) as server:
+        client = Http1Transport()
+        try:
+            got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+            pieces = [c async for c in got.chunks()]
+            assert b"".join(pieces) == b"data: 0\n\ndata: 1\n\ndata: 2\n\n" and len(pieces) >= 2
+            got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+            assert await got.read() == b"data: 0\n\ndata: 1\n\ndata: 2\n\n"
+            assert server.connections == 1
+        finally:
+            await client.aclose()
+
+
+async def test_an_answer_that_ends_with_the_connection():
+    async def until_close(reader, writer, n):
+        writer.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nall of it")
+        return False
+
+    async with Scripted(until_close) as server:
+        client = Http1Transport()
+        try:
+            for _ in range(2):
+                got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+                assert await got.read() == b"all of it"
+            assert server.connections == 2
+        finally:
+            await client.aclose()
+
+
+async def test_an_informational_answer_before_the_real_one():
+    async def early_hints(reader, writer, n):
+        writer.write(b"HTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\n" + answer(b"real"))
+
+    async with Scripted(early_hints) as server:
+        client = Http1Transport()
+        try:
+            got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+            assert got.status == 200 and "link" not in got.headers and await got.read() == b"real"
+        finally:
+            await client.aclose()
+
+
+async def test_a_kept_alive_connection_closed_before_answering_is_sent_again_on_a_new_one():
+    async def closes_second(reader, writer, n):
+        if len(server.requests) == 2:
+            return False  # the idle-timeout race: the request arrives as the server closes
+        writer.write(answer(b"ok"))
+
+    async with Scripted(closes_second) as server:
+        client = Http1Transport()
+        try:
+            for _ in range(3):
+                got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+                assert await got.read() == b"ok"
+            assert server.connections == 2 and len(server.requests) == 4  # the second was sent twice
+        finally:
+            await client.aclose()
+
+
+async def test_a_new_connection_closed_without_an_answer_is_an_error():
+    async def never(reader, writer, n):
+        return False
+
+    async with Scripted(never) as server:
+        client = Http1Transport()
+        try:
+            with pytest.raises(httpx.RemoteProtocolError, match="without answering"):
+                await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+            assert client._open == 0
+        finally:
+            await client.aclose()
+
+
+@pytest.mark.parametrize("reply,error", [
+    (b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort", httpx.RemoteProtocolError),
+    (b"NOT HTTP AT ALL\r\n\r\n", httpx.RemoteProtocolError),
+    (b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\ncontent-encoding: br\r\n\r\nabcd", httpx.RemoteProtocolError),
+    (b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\ncontent-encoding: gzip\r\n\r\nabcd", httpx.DecodingError),
+    (b"HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\nconnection: upgrade\r\n\r\n", httpx.RemoteProtocolError),
+], ids=["cut-body", "malformed", "unknown-encoding", "bad-gzip", "upgrade"])
+async def test_broken_answers_are_httpx_errors(reply, error):
+    async def broken(reader, writer, n):
+        writer.write(reply)
+        await writer.drain()
+        return False
+
+    async with Scripted(broken) as server:
+        client = Http1Transport()
+        try:
+            with pytest.raises(error):
+                got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+                await got.read()
+            await asyncio.sleep(0.05)
+            assert client._open == 0 and not client._idle.get(("http", "127.0.0.1", server.port))
+        finally:
+            await client.aclose()
+
+
+@pytest.mark.parametrize("encoding,encode", [
+    ("gzip", gzip.compress),
+    ("deflate", zlib.compress),
+    ("deflate", lambda b: zlib.compress(b)[2:-4]),  # raw deflate, as some servers send it
+], ids=["gzip", "deflate", "raw-deflate"])
+async def test_encoded_answers_are_decoded(encoding, encode):
+    text = b'{"content":"' + b"h\xc3\xa9llo " * 400 + b'"}'
+
+    async def encoded(reader, writer, n):
+        writer.write(answer(encode(text), headers=f"content-encoding: {encoding}\r\n"))
+
+    async with Scripted(encoded) as server:
+        client = Http1Transport()
+        try:
+            got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+            assert await got.read() == text
+            got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+            assert b"".join([c async for c in got.chunks()]) == text
+        finally:
+            await client.aclose()
+
+
+async def test_the_read_timeout_is_between_reads():
+    async def slow(reader, writer, n):
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        for _ in range(6):  # 0.6 s in all, never 0.3 s without a byte
+            await asyncio.sleep(0.1)
+            writer.write(b"1\r\nx\r\n")
+            await writer.drain()
+        if n == 1:
+            writer.write(b"0\r\n\r\n")
+        else:
+            await asyncio.sleep(5)
+
+    async with Scripted(slow) as server:
+        client = Http1Transport()
+        try:
+            got = await client.send("POST", server.url, HEADERS, b"{}", {"connect": 5, "read": 0.3, "pool": 5})
+            assert await got.read() == b"x" * 6
+            got = await client.send("POST", server.url, HEADERS, b"{}", {"connect": 5, "read": 0.3, "pool": 5})
+            with pytest.raises(httpx.ReadTimeout):
+                await got.read()
+        finally:
+            await client.aclose()
+
+
+async def test_no_answer_at_all_is_a_read_timeout():
+    async def silent(reader, writer, n):
+        await asyncio.sleep(5)
+
+    async with Scripted(silent) as server:
+        client = Http1Transport()
+        try:
+            with pytest.raises(httpx.ReadTimeout):
+                await client.send("POST", server.url, HEADERS, b"{}", {"connect": 5, "read": 0.2, "pool": 5})
+        finally:
+            await client.aclose()
+
+
+async def test_the_pool_limit_queues_requests_and_its_timeout_is_a_pool_timeout():
+    release = asyncio.Event()
+
+    async def gated(reader, writer, n):
+        await release.wait()
+        writer.write(answer(b"ok"))
+
+    async with Scripted(gated) as server:
+        client = Http1Transport(max_connections=1)
+        try:
+            first = asyncio.create_task(client.send("POST", server.url, HEADERS, b"{}", TIMEOUT))
+            await asyncio.sleep(0.05)
+            with pytest.raises(httpx.PoolTimeout):
+                await client.send("POST", server.url, HEADERS, b"{}", {"connect": 5, "read": 5, "pool": 0.1})
+            second = asyncio.create_task(client.send("POST", server.url, HEADERS, b"{}", TIMEOUT))
+            await asyncio.sleep(0.05)
+            assert not second.done()
+            release.set()
+            for task in (first, second):
+                assert await (await task).read() == b"ok"
+            assert server.connections == 1
+        finally:
+            await client.aclose()
+
+
+async def test_a_cancelled_request_gives_its_connection_back():
+    async def silent(reader, writer, n):
+        await asyncio.sleep(5)
+
+    async with Scripted(silent) as server:
+        client = Http1Transport(max_connections=1)
+        try:
+            task = asyncio.create_task(client.send("POST", server.url, HEADERS, b"{}", TIMEOUT))
+            await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await asyncio.sleep(0.05)
+            assert client._open == 0
+        finally:
+            await client.aclose()
+
+
+async def test_an_answer_closed_unread_does_not_go_back_to_the_pool():
+    async def big(reader, writer, n):
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n" + b"x" * 10)
+
+    async with Scripted(big) as server:
+        client = Http1Transport()
+        try:
+            got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+            await got.aclose()
+            await asyncio.sleep(0.05)
+            assert client._open == 0
+        finally:
+            await client.aclose()
+
+
+async def test_a_large_streamed_answer_is_read_with_backpressure():
+    size = 6 << 20
+
+    async def large(reader, writer, n):
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % size)
+        for _ in range(size >> 16):
+            writer.write(b"y" * (1 << 16))
+            await writer.drain()
+
+    async with Scripted(large) as server:
+        client = Http1Transport()
+        try:
+            got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+            total = 0
+            async for chunk in got.chunks():
+                total += len(chunk)
+                await asyncio.sleep(0)  # a consumer slower than the socket
+            assert total == size
+        finally:
+            await client.aclose()
+
+
+@pytest.mark.parametrize("name,value", [("x-evil", "a\r\nx-injected: 1"), ("bad name", "v"), ("x:y", "v")])
+async def test_headers_that_would_break_the_request_are_refused(name, value):
+    client = Http1Transport()
+    with pytest.raises(ValueError, match="invalid HTTP header"):
+        await client.send("POST", "http://127.0.0.1:9/v1", [(name, value)], b"{}", TIMEOUT)
+
+
+async def test_urls_it_cannot_reach_are_httpx_errors():
+    client = Http1Transport()
+    with pytest.raises(httpx.UnsupportedProtocol):
+        await client.send("POST", "ftp://127.0.0.1/v1", [], b"{}", TIMEOUT)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
+async def test_https_with_a_verified_certificate(tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    server_side = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_side.load_cert_chain(cert, key)
+    scripted = Scripted(plain)
+    scripted.ssl = server_side
+    async with scripted as server:
+        trusting = Http1Transport(ssl_context=ssl.create_default_context(cafile=str(cert)))
+        try:
+            got = await trusting.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+            assert await got.read() == b'{"n":1}'
+            head = server.requests[0][0].lower()
+            assert f"host: localhost:{server.port}".encode() in head.split(b"\r\n")
+        finally:
+            await trusting.aclose()
+        stranger = Http1Transport()  # the system's CAs do not know this certificate
+        try:
+            with pytest.raises(httpx.ConnectError):
+                await stranger.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+        finally:
+            await stranger.aclose()
