@@ -31,8 +31,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 import httptools
+import httpx
 
 from .http_transport import UpstreamResponse
 
