@@ -1,4 +1,6 @@
-"""The upstream hot path's HTTP client: aiohttp's connection pool behind a small interface.
+"""The upstream transports' interface (``send`` returning an :class:`UpstreamResponse`) and
+the two library-backed transports: aiohttp's connection pool (``http_transport: aiohttp``)
+and httpx's (``httpx``). The default, ``reef_core.kit.http1``, has the same interface.
 
 httpx's own pool (httpcore) spends milliseconds of CPU per request once tens of requests
 are in flight (it scans every pooled connection, probing each socket, for each request):
@@ -7,24 +9,19 @@ httpx's ``Request`` and ``Response`` objects around aiohttp cost another ~60 µs
 (header objects, content decoders, byte chunkers), so a runtime's hot path calls
 :meth:`AiohttpTransport.send` and gets an :class:`UpstreamResponse`: status, headers and
 the body, whole or as it arrives. :func:`httpx_transport` gives the same interface over
-httpx's own transport (``http_transport: httpx``). Either way, failures are httpx's
-exception types, so callers see one error vocabulary whichever transport runs.
-``AiohttpTransport`` is also an ``httpx.AsyncBaseTransport`` for code that wants an
-``httpx.AsyncClient`` on aiohttp's pool.
+httpx's own transport. Either way, failures are httpx's exception types, so callers see
+one error vocabulary whichever transport runs. ``AiohttpTransport`` is also an
+``httpx.AsyncBaseTransport`` for code that wants an ``httpx.AsyncClient`` on aiohttp's pool.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
-
-try:
-    import aiohttp
-except ImportError:  # pragma: no cover - the runtime falls back to httpx's transport
-    aiohttp = None
 
 _SKIP_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 
@@ -33,7 +30,15 @@ Headers = Sequence[tuple[str, str]]
 
 def available() -> bool:
     """Whether aiohttp is installed, so ``AiohttpTransport`` can be built."""
-    return aiohttp is not None
+    return importlib.util.find_spec("aiohttp") is not None
+
+
+def _aiohttp() -> Any:
+    """aiohttp, imported when an ``AiohttpTransport`` is used: the default transport
+    (``reef_core.kit.http1``) does not need it, and importing it costs ~0.1 s and ~10 MB."""
+    import aiohttp
+
+    return aiohttp
 
 
 class UpstreamResponse:
@@ -63,26 +68,25 @@ def _read_error(exc: BaseException) -> httpx.HTTPError:
     """httpx's exception for a failure while reading an aiohttp response body."""
     if isinstance(exc, asyncio.TimeoutError):
         return httpx.ReadTimeout(str(exc) or "timed out reading the upstream response")
-    if isinstance(exc, aiohttp.ClientPayloadError):
+    if isinstance(exc, _aiohttp().ClientPayloadError):
         return httpx.RemoteProtocolError(f"peer closed the connection mid-response ({exc})")
     return httpx.ReadError(str(exc) or type(exc).__name__)
 
 
-_READ_ERRORS: tuple[type[BaseException], ...] = (asyncio.TimeoutError,) + ((aiohttp.ClientError,) if aiohttp else ())
-
-
 def _aiohttp_response(response: Any) -> UpstreamResponse:
+    read_errors = (asyncio.TimeoutError, _aiohttp().ClientError)
+
     async def read() -> bytes:
         try:
             return await response.read()
-        except _READ_ERRORS as exc:
+        except read_errors as exc:
             raise _read_error(exc) from None
 
     async def chunks() -> AsyncIterator[bytes]:
         try:
             async for chunk in response.content.iter_any():
                 yield chunk
-        except _READ_ERRORS as exc:
+        except read_errors as exc:
             raise _read_error(exc) from None
 
     async def close() -> None:
@@ -116,7 +120,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     """One ``aiohttp.ClientSession`` (created on first use, inside the running loop)."""
 
     def __init__(self, *, max_connections: int = 256, keepalive_s: float = 30.0):
-        if aiohttp is None:
+        if not available():
             raise RuntimeError("aiohttp is not installed")
         self.max_connections = max_connections
         self.keepalive_s = keepalive_s
@@ -125,6 +129,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
     def _get_session(self) -> Any:
         if self._session is None or self._session.closed:
+            aiohttp = _aiohttp()
             connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0,
                                              keepalive_timeout=self.keepalive_s, ttl_dns_cache=60)
             self._session = aiohttp.ClientSession(connector=connector, auto_decompress=True,
@@ -136,7 +141,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         key = (t.get("connect"), t.get("read"), t.get("pool"))
         found = self._timeouts.get(key)
         if found is None:
-            found = aiohttp.ClientTimeout(total=None, connect=key[2], sock_connect=key[0], sock_read=key[1])
+            found = _aiohttp().ClientTimeout(total=None, connect=key[2], sock_connect=key[0], sock_read=key[1])
             self._timeouts[key] = found
         return found
 
@@ -144,6 +149,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                    timeout: Mapping[str, float | None] | None = None) -> UpstreamResponse:
         """Send one request; the response's body is not read yet. ``timeout`` takes httpx's
         names (``connect``, ``read``, ``pool``; seconds or None)."""
+        aiohttp = _aiohttp()
         try:
             response = await self._get_session().request(method, url, data=body or None, headers=headers,
                                                           timeout=self._timeout(timeout), allow_redirects=False)
