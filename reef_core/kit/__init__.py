@@ -9,9 +9,12 @@ where the code lives, not a separate surface. What is in the kit:
 - ``split_url_credentials``, ``redact_url``, ``basic_auth`` — configured URLs that may carry
   ``user:password@``: credentials out of the URL and into a Basic ``Authorization`` header,
   the host alone in log lines (``reef_core.kit.urls``).
-- ``AiohttpTransport``, ``aiohttp_available`` — an ``httpx`` transport on aiohttp's connection
-  pool, for a runtime's hot path to its model server (``reef_core.kit.http_transport``;
-  imported on first use, so the kit does not import aiohttp until asked).
+- ``Http1Transport`` — Reef's own pooled HTTP/1.1 client for a runtime's hot path to its model
+  server: ``send(method, url, headers, body, timeout)``, the answer whole or as it arrives,
+  httpx's exception types (``reef_core.kit.http1``; what the ``upstream`` runtime uses).
+- ``AiohttpTransport``, ``aiohttp_available`` — the same ``send`` on aiohttp's connection pool,
+  also an ``httpx`` transport (``reef_core.kit.http_transport``; aiohttp is imported only
+  when one is built).
 - ``BUILTIN_GRADERS``, ``graders_of`` — the task graders (``exact``, ``contains``, ``regex``)
   and the full set with the plugins' own, for a recipe that grades its own episodes the way
   ``task_suite`` does (``reef_core.kit.graders``).
@@ -39,15 +42,17 @@ from .records import chat_reply, chat_request
 from .tasks import content_text, task_body
 from .urls import basic_auth, redact_url, split_url_credentials
 
-_LAZY = {"AiohttpTransport": "AiohttpTransport", "aiohttp_available": "available"}
+_LAZY = {"AiohttpTransport": ("http_transport", "AiohttpTransport"),
+         "aiohttp_available": ("http_transport", "available"), "Http1Transport": ("http1", "Http1Transport")}
 
 
 def __getattr__(name: str) -> Any:
-    # The transport module imports aiohttp: load it only for a runtime that uses it.
+    # The transports import httpx: load them only for a runtime that uses one.
     if name in _LAZY:
-        from . import http_transport
+        import importlib
 
-        return getattr(http_transport, _LAZY[name])
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(f"{__name__}.{module}"), attr)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -55,6 +60,7 @@ __all__ = [
     "BUILTIN_GRADERS",
     "AdapterTable",
     "AiohttpTransport",
+    "Http1Transport",
     "Version",
     "aiohttp_available",
     "basic_auth",
