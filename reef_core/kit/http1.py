@@ -313,8 +313,10 @@ class _Conn(asyncio.Protocol):
         except httptools.HttpParserCallbackError as exc:
             cause = exc.__context__ or exc
             answer.fail(httpx.RemoteProtocolError(f"the upstream's answer could not be read ({cause})"))
+            self.discard()  # e.g. bytes past the answer's end: the parser's state is unknown
         except httptools.HttpParserError as exc:
             answer.fail(httpx.RemoteProtocolError(f"the upstream sent a malformed answer ({exc})"))
+            self.discard()
 
     def eof_received(self) -> bool:
         return False  # close the transport; connection_lost settles the answer
@@ -359,9 +361,11 @@ class _Conn(asyncio.Protocol):
             self.transport.resume_reading()
 
     def discard(self) -> None:
-        """Close it for good (its answer, if any, is already settled or being failed)."""
+        """Close it for good (its answer, if any, is already settled or being failed). It
+        counts as lost at once: the pool must not hand it out before asyncio reports it."""
         self.answer = None
         if self.transport is not None and not self.lost:
+            self.lost = True
             self.transport.close()
 
 

@@ -173,6 +173,21 @@ async def test_a_new_connection_closed_without_an_answer_is_an_error():
             await client.aclose()
 
 
+async def test_bytes_past_the_end_of_an_answer_retire_its_connection():
+    async def trailing(reader, writer, n):
+        writer.write(answer(b"ok") + b"garbage that is no answer\r\n\r\n")
+
+    async with Scripted(trailing) as server:
+        client = Http1Transport()
+        try:
+            for _ in range(2):
+                got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+                assert await got.read() == b"ok"
+            assert server.connections == 2  # the first connection was not handed out again
+        finally:
+            await client.aclose()
+
+
 @pytest.mark.parametrize("reply,error", [
     (b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort", httpx.RemoteProtocolError),
     (b"NOT HTTP AT ALL\r\n\r\n", httpx.RemoteProtocolError),
