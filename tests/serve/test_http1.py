@@ -63,6 +63,13 @@ class Scripted:
             writer.close()
 
 
+@pytest.fixture
+async def client():
+    transport = Http1Transport()
+    yield transport
+    await transport.aclose()
+
+
 def answer(body: bytes = b'{"ok":true}', *, headers: str = "", status: str = "200 OK") -> bytes:
     return f"HTTP/1.1 {status}\r\ncontent-length: {len(body)}\r\n{headers}\r\n".encode() + body
 
@@ -71,26 +78,22 @@ async def plain(reader, writer, n):
     writer.write(answer(b'{"n":%d}' % n))
 
 
-async def test_a_request_and_its_answer_and_keep_alive():
+async def test_a_request_and_its_answer_and_keep_alive(client):
     async with Scripted(plain) as server:
-        client = Http1Transport()
-        try:
-            for i in range(3):
-                got = await client.send("POST", server.url, HEADERS, b'{"q":%d}' % i, TIMEOUT)
-                assert got.status == 200 and got.headers["content-length"] == "7"
-                assert await got.read() == b'{"n":%d}' % (i + 1)
-                await got.aclose()
-            assert server.connections == 1  # one kept-alive connection carried all three
-            head, body = server.requests[0]
-            assert head.startswith(b"POST /v1/chat HTTP/1.1\r\n") and body == b'{"q":0}'
-            lines = head.lower().split(b"\r\n")
-            assert f"host: 127.0.0.1:{server.port}".encode() in lines and b"authorization: bearer k" in lines
-            assert b"accept-encoding: gzip, deflate" in lines and b"content-length: 7" in lines
-        finally:
-            await client.aclose()
+        for i in range(3):
+            got = await client.send("POST", server.url, HEADERS, b'{"q":%d}' % i, TIMEOUT)
+            assert got.status == 200 and got.headers["content-length"] == "7"
+            assert await got.read() == b'{"n":%d}' % (i + 1)
+            await got.aclose()
+        assert server.connections == 1  # one kept-alive connection carried all three
+        head, body = server.requests[0]
+        assert head.startswith(b"POST /v1/chat HTTP/1.1\r\n") and body == b'{"q":0}'
+        lines = head.lower().split(b"\r\n")
+        assert f"host: 127.0.0.1:{server.port}".encode() in lines and b"authorization: bearer k" in lines
+        assert b"accept-encoding: gzip, deflate" in lines and b"content-length: 7" in lines
 
 
-async def test_chunked_answers_arrive_as_they_are_sent():
+async def test_chunked_answers_arrive_as_they_are_sent(client):
     async def chunked(reader, writer, n):
         writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-type: text/event-stream\r\n\r\n")
         for i in range(3):
@@ -101,91 +104,67 @@ async def test_chunked_answers_arrive_as_they_are_sent():
         writer.write(b"0\r\n\r\n")
 
     async with Scripted(chunked) as server:
-        client = Http1Transport()
-        try:
-            got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
-            pieces = [c async for c in got.chunks()]
-            assert b"".join(pieces) == b"data: 0\n\ndata: 1\n\ndata: 2\n\n" and len(pieces) >= 2
-            got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
-            assert await got.read() == b"data: 0\n\ndata: 1\n\ndata: 2\n\n"
-            assert server.connections == 1
-        finally:
-            await client.aclose()
+        got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+        pieces = [c async for c in got.chunks()]
+        assert b"".join(pieces) == b"data: 0\n\ndata: 1\n\ndata: 2\n\n" and len(pieces) >= 2
+        got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+        assert await got.read() == b"data: 0\n\ndata: 1\n\ndata: 2\n\n"
+        assert server.connections == 1
 
 
-async def test_an_answer_that_ends_with_the_connection():
+async def test_an_answer_that_ends_with_the_connection(client):
     async def until_close(reader, writer, n):
         writer.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nall of it")
         return False
 
     async with Scripted(until_close) as server:
-        client = Http1Transport()
-        try:
-            for _ in range(2):
-                got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
-                assert await got.read() == b"all of it"
-            assert server.connections == 2
-        finally:
-            await client.aclose()
+        for _ in range(2):
+            got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+            assert await got.read() == b"all of it"
+        assert server.connections == 2
 
 
-async def test_an_informational_answer_before_the_real_one():
+async def test_an_informational_answer_before_the_real_one(client):
     async def early_hints(reader, writer, n):
         writer.write(b"HTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\n" + answer(b"real"))
 
     async with Scripted(early_hints) as server:
-        client = Http1Transport()
-        try:
-            got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
-            assert got.status == 200 and "link" not in got.headers and await got.read() == b"real"
-        finally:
-            await client.aclose()
+        got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+        assert got.status == 200 and "link" not in got.headers and await got.read() == b"real"
 
 
-async def test_a_kept_alive_connection_closed_before_answering_is_sent_again_on_a_new_one():
+async def test_a_kept_alive_connection_closed_before_answering_is_sent_again_on_a_new_one(client):
     async def closes_second(reader, writer, n):
         if len(server.requests) == 2:
             return False  # the idle-timeout race: the request arrives as the server closes
         writer.write(answer(b"ok"))
 
     async with Scripted(closes_second) as server:
-        client = Http1Transport()
-        try:
-            for _ in range(3):
-                got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
-                assert await got.read() == b"ok"
-            assert server.connections == 2 and len(server.requests) == 4  # the second was sent twice
-        finally:
-            await client.aclose()
+        for _ in range(3):
+            got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+            assert await got.read() == b"ok"
+        assert server.connections == 2 and len(server.requests) == 4  # the second was sent twice
 
 
-async def test_a_new_connection_closed_without_an_answer_is_an_error():
+async def test_a_new_connection_closed_without_an_answer_is_an_error(client):
     async def never(reader, writer, n):
         return False
 
     async with Scripted(never) as server:
-        client = Http1Transport()
-        try:
-            with pytest.raises(httpx.RemoteProtocolError, match="without answering"):
-                await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
-            assert client._open == 0
-        finally:
-            await client.aclose()
+        with pytest.raises(httpx.RemoteProtocolError, match="without answering"):
+            await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+        assert client._open == 0
 
 
-async def test_bytes_past_the_end_of_an_answer_retire_its_connection():
+async def test_bytes_past_the_end_of_an_answer_retire_its_connection(client):
     async def trailing(reader, writer, n):
         writer.write(answer(b"ok") + b"garbage that is no answer\r\n\r\n")
 
     async with Scripted(trailing) as server:
-        client = Http1Transport()
-        try:
-            for _ in range(2):
-                got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
-                assert await got.read() == b"ok"
-            assert server.connections == 2  # the first connection was not handed out again
-        finally:
-            await client.aclose()
+        for _ in range(2):
+            got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+            assert await got.read() == b"ok"
+        assert server.connections == 2  # the first connection was not handed out again
 
 
 @pytest.mark.parametrize("reply,error", [
@@ -195,22 +174,18 @@ async def test_bytes_past_the_end_of_an_answer_retire_its_connection():
     (b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\ncontent-encoding: gzip\r\n\r\nabcd", httpx.DecodingError),
     (b"HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\nconnection: upgrade\r\n\r\n", httpx.RemoteProtocolError),
 ], ids=["cut-body", "malformed", "unknown-encoding", "bad-gzip", "upgrade"])
-async def test_broken_answers_are_httpx_errors(reply, error):
+async def test_broken_answers_are_httpx_errors(reply, error, client):
     async def broken(reader, writer, n):
         writer.write(reply)
         await writer.drain()
         return False
 
     async with Scripted(broken) as server:
-        client = Http1Transport()
-        try:
-            with pytest.raises(error):
-                got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
-                await got.read()
-            await asyncio.sleep(0.05)
-            assert client._open == 0 and not client._idle.get(("http", "127.0.0.1", server.port))
-        finally:
-            await client.aclose()
+        with pytest.raises(error):
+            got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+            await got.read()
+        await asyncio.sleep(0.05)
+        assert client._open == 0 and not client._idle.get(("http", "127.0.0.1", server.port))
 
 
 @pytest.mark.parametrize("encoding,encode", [
@@ -218,24 +193,20 @@ async def test_broken_answers_are_httpx_errors(reply, error):
     ("deflate", zlib.compress),
     ("deflate", lambda b: zlib.compress(b)[2:-4]),  # raw deflate, as some servers send it
 ], ids=["gzip", "deflate", "raw-deflate"])
-async def test_encoded_answers_are_decoded(encoding, encode):
+async def test_encoded_answers_are_decoded(encoding, encode, client):
     text = b'{"content":"' + b"h\xc3\xa9llo " * 400 + b'"}'
 
     async def encoded(reader, writer, n):
         writer.write(answer(encode(text), headers=f"content-encoding: {encoding}\r\n"))
 
     async with Scripted(encoded) as server:
-        client = Http1Transport()
-        try:
-            got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
-            assert await got.read() == text
-            got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
-            assert b"".join([c async for c in got.chunks()]) == text
-        finally:
-            await client.aclose()
+        got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+        assert await got.read() == text
+        got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+        assert b"".join([c async for c in got.chunks()]) == text
 
 
-async def test_the_read_timeout_is_between_reads():
+async def test_the_read_timeout_is_between_reads(client):
     async def slow(reader, writer, n):
         writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
         for _ in range(6):  # 0.6 s in all, never 0.3 s without a byte
@@ -248,28 +219,20 @@ async def test_the_read_timeout_is_between_reads():
             await asyncio.sleep(5)
 
     async with Scripted(slow) as server:
-        client = Http1Transport()
-        try:
-            got = await client.send("POST", server.url, HEADERS, b"{}", {"connect": 5, "read": 0.3, "pool": 5})
-            assert await got.read() == b"x" * 6
-            got = await client.send("POST", server.url, HEADERS, b"{}", {"connect": 5, "read": 0.3, "pool": 5})
-            with pytest.raises(httpx.ReadTimeout):
-                await got.read()
-        finally:
-            await client.aclose()
+        got = await client.send("POST", server.url, HEADERS, b"{}", {"connect": 5, "read": 0.3, "pool": 5})
+        assert await got.read() == b"x" * 6
+        got = await client.send("POST", server.url, HEADERS, b"{}", {"connect": 5, "read": 0.3, "pool": 5})
+        with pytest.raises(httpx.ReadTimeout):
+            await got.read()
 
 
-async def test_no_answer_at_all_is_a_read_timeout():
+async def test_no_answer_at_all_is_a_read_timeout(client):
     async def silent(reader, writer, n):
         await asyncio.sleep(5)
 
     async with Scripted(silent) as server:
-        client = Http1Transport()
-        try:
-            with pytest.raises(httpx.ReadTimeout):
-                await client.send("POST", server.url, HEADERS, b"{}", {"connect": 5, "read": 0.2, "pool": 5})
-        finally:
-            await client.aclose()
+        with pytest.raises(httpx.ReadTimeout):
+            await client.send("POST", server.url, HEADERS, b"{}", {"connect": 5, "read": 0.2, "pool": 5})
 
 
 async def test_the_pool_limit_queues_requests_and_its_timeout_is_a_pool_timeout():
@@ -315,22 +278,18 @@ async def test_a_cancelled_request_gives_its_connection_back():
             await client.aclose()
 
 
-async def test_an_answer_closed_unread_does_not_go_back_to_the_pool():
+async def test_an_answer_closed_unread_does_not_go_back_to_the_pool(client):
     async def big(reader, writer, n):
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n" + b"x" * 10)
 
     async with Scripted(big) as server:
-        client = Http1Transport()
-        try:
-            got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
-            await got.aclose()
-            await asyncio.sleep(0.05)
-            assert client._open == 0
-        finally:
-            await client.aclose()
+        got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+        await got.aclose()
+        await asyncio.sleep(0.05)
+        assert client._open == 0
 
 
-async def test_a_large_streamed_answer_is_read_with_backpressure():
+async def test_a_large_streamed_answer_is_read_with_backpressure(client):
     size = 6 << 20
 
     async def large(reader, writer, n):
@@ -340,27 +299,21 @@ async def test_a_large_streamed_answer_is_read_with_backpressure():
             await writer.drain()
 
     async with Scripted(large) as server:
-        client = Http1Transport()
-        try:
-            got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
-            total = 0
-            async for chunk in got.chunks():
-                total += len(chunk)
-                await asyncio.sleep(0)  # a consumer slower than the socket
-            assert total == size
-        finally:
-            await client.aclose()
+        got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+        total = 0
+        async for chunk in got.chunks():
+            total += len(chunk)
+            await asyncio.sleep(0)  # a consumer slower than the socket
+        assert total == size
 
 
 @pytest.mark.parametrize("name,value", [("x-evil", "a\r\nx-injected: 1"), ("bad name", "v"), ("x:y", "v")])
-async def test_headers_that_would_break_the_request_are_refused(name, value):
-    client = Http1Transport()
+async def test_headers_that_would_break_the_request_are_refused(name, value, client):
     with pytest.raises(ValueError, match="invalid HTTP header"):
         await client.send("POST", "http://127.0.0.1:9/v1", [(name, value)], b"{}", TIMEOUT)
 
 
-async def test_urls_it_cannot_reach_are_httpx_errors():
-    client = Http1Transport()
+async def test_urls_it_cannot_reach_are_httpx_errors(client):
     with pytest.raises(httpx.UnsupportedProtocol):
         await client.send("POST", "ftp://127.0.0.1/v1", [], b"{}", TIMEOUT)
 
