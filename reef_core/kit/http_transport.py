@@ -166,23 +166,28 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """The ``httpx.AsyncBaseTransport`` interface, over :meth:`send`."""
-        headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() not in _SKIP_HEADERS]
-        body = request.content if isinstance(request.stream, httpx.ByteStream) else await request.aread()
-        try:
-            answer = await self.send(request.method, str(request.url), headers, body,
-                                     request.extensions.get("timeout"))
-        except httpx.HTTPError as exc:
-            exc.request = request
-            raise
-        # the body arrives decoded: its content-encoding no longer applies
-        raw = [(k, v) for k, v in answer.headers.items() if k != "content-encoding"]
-        return httpx.Response(answer.status, headers=raw, stream=_Body(answer, request), request=request,
-                              extensions={"http_version": b"HTTP/1.1"})
+        return await handle_with_send(self.send, request)
 
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+async def handle_with_send(send: Callable[..., Awaitable[UpstreamResponse]], request: httpx.Request) -> httpx.Response:
+    """An ``httpx.Request`` sent through a transport's ``send``, answered as an ``httpx.Response``
+    (the ``httpx.AsyncBaseTransport`` face of the transports here and in ``http1``)."""
+    headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() not in _SKIP_HEADERS]
+    body = request.content if isinstance(request.stream, httpx.ByteStream) else await request.aread()
+    try:
+        answer = await send(request.method, str(request.url), headers, body, request.extensions.get("timeout"))
+    except httpx.HTTPError as exc:
+        exc.request = request
+        raise
+    # the body arrives decoded: its content-encoding no longer applies
+    raw = [(k, v) for k, v in answer.headers.items() if k != "content-encoding"]
+    return httpx.Response(answer.status, headers=raw, stream=_Body(answer, request), request=request,
+                          extensions={"http_version": b"HTTP/1.1"})
 
 
 class _Body(httpx.AsyncByteStream):

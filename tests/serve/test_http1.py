@@ -50,8 +50,8 @@ class Scripted:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                              if line.lower().startswith(b"content-length:"))
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
                 body = await reader.readexactly(length)
                 self.requests.append((head, body))
                 n += 1
@@ -305,6 +305,46 @@ async def test_a_large_streamed_answer_is_read_with_backpressure(client):
             total += len(chunk)
             await asyncio.sleep(0)  # a consumer slower than the socket
         assert total == size
+
+
+async def test_under_an_httpx_client_get_post_and_stream():
+    async def route(reader, writer, n):
+        head = server.requests[-1][0]
+        if head.startswith(b"GET /v1/models"):
+            writer.write(answer(b'{"data":[{"id":"m"}]}'))
+        elif b"stream" in server.requests[-1][1]:
+            writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+                         b"9\r\ndata: 1\n\n\r\n9\r\ndata: 2\n\n\r\n0\r\n\r\n")
+        else:
+            writer.write(answer(gzip.compress(b'{"ok":1}'), headers="content-encoding: gzip\r\n"))
+
+    async with Scripted(route) as server:
+        base = server.url.rsplit("/v1", 1)[0]
+        async with httpx.AsyncClient(transport=Http1Transport(), base_url=base,
+                                     headers={"accept-encoding": "br, zstd"}) as client:
+            models = await client.get("/v1/models")
+            assert models.json() == {"data": [{"id": "m"}]}
+            got = await client.post("/v1/chat/completions", json={"q": 1})
+            assert got.json() == {"ok": 1} and "content-encoding" not in got.headers
+            async with client.stream("POST", "/v1/chat/completions", json={"stream": True}) as resp:
+                lines = [line async for line in resp.aiter_lines() if line]
+            assert lines == ["data: 1", "data: 2"]
+        get_head = server.requests[0][0].lower().split(b"\r\n")
+        assert not any(line.startswith(b"content-length") for line in get_head)  # a GET without a body
+        assert all(b"accept-encoding: gzip, deflate" in head.lower().split(b"\r\n") and b"br" not in head.lower()
+                   for head, _ in server.requests)  # only what the client decodes
+        assert server.connections == 1
+
+
+async def test_under_an_httpx_client_failures_carry_the_request():
+    async def never(reader, writer, n):
+        return False
+
+    async with Scripted(never) as server:
+        async with httpx.AsyncClient(transport=Http1Transport()) as client:
+            with pytest.raises(httpx.RemoteProtocolError) as err:
+                await client.post(server.url, json={})
+            assert err.value.request.url == server.url
 
 
 @pytest.mark.parametrize("name,value", [("x-evil", "a\r\nx-injected: 1"), ("bad name", "v"), ("x:y", "v")])

@@ -3,6 +3,7 @@ httpx-transport face of ``AiohttpTransport``, content encodings and error types.
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import socket
@@ -76,10 +77,35 @@ async def test_an_unreachable_upstream_is_httpx_connect_error(which):
             await sender.aclose()
 
 
-async def test_aiohttp_transport_under_an_httpx_client(upstream):
-    async with httpx.AsyncClient(transport=http_transport.AiohttpTransport(), base_url=upstream.url) as client:
+@pytest.mark.parametrize("transport", [http_transport.AiohttpTransport, Http1Transport], ids=["aiohttp", "http1"])
+async def test_transport_under_an_httpx_client(upstream, transport):
+    async with httpx.AsyncClient(transport=transport(), base_url=upstream.url) as client:
         r = await client.post("/v1/chat/completions?gzip=1", json={"q": 3})
         assert r.status_code == 200 and r.json()["got"] == {"q": 3}
-        assert "content-encoding" not in r.headers  # decoded once, by aiohttp
+        assert "content-encoding" not in r.headers  # decoded once, by the transport
         r = await client.post("/v1/chat/completions", json={"q": 4})
         assert r.headers["x-upstream"] == "yes" and r.json()["choices"] == PAYLOAD["choices"]
+
+
+@pytest.mark.parametrize("first_loop_alive", [False, True], ids=["closed", "running"])
+def test_http1_used_from_another_event_loop_starts_its_pool_there(upstream, first_loop_alive):
+    transport = Http1Transport()
+
+    async def once(q):
+        got = await transport.send("POST", f"{upstream.url}/v1/chat/completions", [], b'{"q":%d}' % q,
+                                   {"connect": 5, "read": 5, "pool": 5})
+        return json.loads(await got.read())["got"]["q"]
+
+    if first_loop_alive:
+        loop = asyncio.new_event_loop()
+        try:
+            assert loop.run_until_complete(once(1)) == 1
+            (first,) = transport._conns
+            assert asyncio.run(once(2)) == 2  # the first loop is idle, not closed
+            loop.run_until_complete(asyncio.sleep(0.05))  # where the old connection is closed
+            assert first.lost and first not in transport._conns
+        finally:
+            loop.close()
+    else:
+        assert asyncio.run(once(1)) == 1
+        assert asyncio.run(once(2)) == 2

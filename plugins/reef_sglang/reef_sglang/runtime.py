@@ -47,7 +47,15 @@ from reef_core import (
     RuntimeUnavailable,
     ServedBase,
 )
-from reef_core.kit import AdapterTable, Version, basic_auth, redact_url, split_url_credentials, version_name
+from reef_core.kit import (
+    AdapterTable,
+    Http1Transport,
+    Version,
+    basic_auth,
+    redact_url,
+    split_url_credentials,
+    version_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -157,9 +165,15 @@ class SGLangRuntime(Runtime):
 
     # ------------------------------------------------------------------ lifecycle
 
+    def _new_client(self) -> httpx.AsyncClient:
+        """httpx's client on Reef's pooled HTTP/1.1 transport: httpx's own pool spends
+        milliseconds of CPU per request once tens are in flight (docs/performance.md)."""
+        return httpx.AsyncClient(timeout=self.timeout,
+                                 transport=Http1Transport(max_connections=self.max_connections))
+
     async def start(self) -> None:
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self.timeout, limits=httpx.Limits(max_connections=self.max_connections))
+            self._client = self._new_client()
         if self.model is None:
             data = await self._request("GET", f"{self.base_url}/v1/models", headers=self._base_headers)
             ids = [m.get("id") for m in data.get("data", []) if isinstance(m, dict)]
@@ -463,7 +477,7 @@ class SGLangRuntime(Runtime):
 
     async def _request(self, method: str, url: str, *, skippable: bool = False, **kwargs: Any) -> Any:
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self.timeout, limits=httpx.Limits(max_connections=self.max_connections))
+            self._client = self._new_client()
         try:
             resp = await self._client.request(method, url, **kwargs)
         except httpx.ConnectError as exc:
