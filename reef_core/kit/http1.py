@@ -14,11 +14,12 @@ proxies, cookies, ``Expect``, upgrades or ``HEAD``). ``runtime.http_transport: a
 
 Failures are httpx's exception types, as with the other transports: ``ConnectError``,
 ``ConnectTimeout``, ``PoolTimeout``, ``ReadTimeout``, ``RemoteProtocolError`` (a malformed
-answer, or the server closing mid-answer) and ``ReadError``.
+answer, or the server closing mid-answer), ``DecodingError`` and ``ReadError``.
 
 A request sent on a reused keep-alive connection that the server closes before any byte of an
-answer arrives is sent once more on a new connection: that is a server closing an idle
-connection as the request went out (the request was not answered, so it was not served).
+answer arrives is sent once more on a new connection. That is the race of a server closing an
+idle connection as the request goes out, which it then does not read. A request on a new
+connection is never sent twice.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ class _Answer:
     """One response as it arrives: the status and headers, then the body."""
 
     __slots__ = ("_conn", "_loop", "status", "headers", "_raw", "_buf", "_size", "_done", "_error", "_waiter",
-                 "_ready", "_decoder", "_until_close", "_got_bytes", "_last", "_timer", "_read_s", "_closed",
+                 "_ready", "_decoder", "_until_close", "_got_bytes", "_last", "_timer", "_read_s",
                  "_streaming", "_paused", "_informational")
 
     def __init__(self, conn: _Conn, loop: asyncio.AbstractEventLoop, read_s: float | None):
@@ -97,7 +98,6 @@ class _Answer:
         self._decoder: Any = None
         self._until_close = False
         self._got_bytes = False
-        self._closed = False
         self._streaming = False
         self._paused = False
         self._informational = False
@@ -262,7 +262,6 @@ class _Answer:
 
     async def aclose(self) -> None:
         if not self._done:
-            self._closed = True
             self.fail(httpx.ReadError("the response was closed before it was read"))
 
 
