@@ -294,7 +294,6 @@ def start_targets(tmp: Path, with_litellm: bool, reef_state: Path | None = None,
     if baseline is not None:  # the same server from another source tree (e.g. a worktree of an older commit)
         reefs.append(("base", 1, {**reef_env, "PYTHONPATH": os.pathsep.join([str(baseline.resolve()),
                                                                              reef_env["PYTHONPATH"]])}))
-    if baseline is not None:
         check_source(reefs[-1][2], tmp, baseline)
     for name, n, target_env in reefs:
         reef_port = free_port()

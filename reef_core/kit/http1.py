@@ -35,13 +35,14 @@ from urllib.parse import urlsplit
 import httptools
 import httpx
 
+from .http_transport import _SKIP_HEADERS as _FRAMING_HEADERS
 from .http_transport import UpstreamResponse, handle_with_send
 
 Headers = Sequence[tuple[str, str]]
 
 # Set by the client itself: framing, and the only encodings it decodes (a caller's
 # accept-encoding, e.g. httpx's "br, zstd" when those packages are installed, is replaced).
-_SKIP_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection", "accept-encoding"})
+_SKIP_HEADERS = _FRAMING_HEADERS | {"accept-encoding"}
 _BODILESS = frozenset({"GET", "DELETE", "OPTIONS"})  # no content-length when they carry no body
 _PAUSE_AT = 1 << 20  # buffered body bytes at which a streamed answer stops reading the socket
 
