@@ -59,10 +59,13 @@ class _Control:
 
 
 class FakeUpstream:
-    """A model server on ``127.0.0.1:<random port>`` whose answers come from ``responder``."""
+    """A model server on ``127.0.0.1:<random port>`` whose answers come from ``responder``.
+    ``server_options`` are further ``uvicorn.Config`` settings: ``ssl_certfile`` and
+    ``ssl_keyfile`` (and ``ssl_ca_certs`` with ``ssl_cert_reqs``) serve it over ``https``."""
 
     def __init__(self, dialect: str = "openai", responder: Responder | None = None, *,
-                 model: str = "fake-model", api_key: str | None = None, words_per_chunk: int = 1):
+                 model: str = "fake-model", api_key: str | None = None, words_per_chunk: int = 1,
+                 server_options: dict[str, Any] | None = None):
         if dialect not in ("openai", "anthropic"):
             raise ValueError("dialect must be 'openai' or 'anthropic'")
         self.dialect = dialect
@@ -76,13 +79,13 @@ class FakeUpstream:
         self._lock = threading.Lock()
         self._released = threading.Event()
         self._ids = itertools.count(1)
-        self._server = ServerThread(self._app(), log_level="critical", graceful_s=1)
+        self._server = ServerThread(self._app(), log_level="critical", graceful_s=1, options=server_options)
 
     # ------------------------------------------------------------------ lifecycle
 
     @property
     def url(self) -> str:
-        """Base URL (``http://127.0.0.1:<port>``); Reef's ``runtime.upstream_url``."""
+        """Base URL (``http://127.0.0.1:<port>``, or ``https``); Reef's ``runtime.upstream_url``."""
         return self._server.url
 
     def start(self) -> FakeUpstream:

@@ -33,8 +33,10 @@ class ServerThread:
 
     @property
     def url(self) -> str:
-        """``http://127.0.0.1:<port>`` (no trailing slash)."""
-        return f"http://127.0.0.1:{self.port}"
+        """``http://127.0.0.1:<port>`` (no trailing slash); ``https`` when ``options`` hold an
+        ``ssl_certfile``."""
+        scheme = "https" if self.options.get("ssl_certfile") else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30) -> ServerThread:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
