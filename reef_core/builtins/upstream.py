@@ -19,11 +19,19 @@ and the server log (operators) names the host, without credentials. Credentials 
 ``upstream_url`` (``https://user:password@host/v1``) are taken out of the URL and sent as
 HTTP Basic auth (what ``user:password@`` means for HTTP, as in curl and httpx); a bearer key
 belongs in ``api_key``, and setting both is a configuration error.
+
+TLS: one ``ssl.SSLContext`` (``reef_core.kit.tls``), built in the constructor from
+``upstream_ca_bundle``, ``upstream_client_cert``/``upstream_client_key`` and
+``upstream_verify``, goes to whichever transport runs, so they all trust the same CAs. A bad
+option is a configuration error at start-up; ``upstream_verify: false`` logs a warning at
+every start. A TLS handshake that fails (unknown CA, wrong host name, a client certificate the
+upstream wants and does not get) is a connection failure like any other: 502.
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -34,6 +42,7 @@ from ..errors import RuntimeCallError, RuntimeUnavailable
 from ..hookspecs import hookimpl
 from ..kit import jsonfast
 from ..kit.http_transport import UpstreamResponse
+from ..kit.tls import client_ssl_context
 from ..kit.urls import basic_auth, redact_url, split_url_credentials
 from ..types import InferenceCall
 
@@ -78,7 +87,10 @@ class UpstreamRuntime(Runtime):
     def __init__(self, upstream_url: str | None = None, api_key: str | None = None, dialect: str = "openai",
                  model: str | None = None, timeout_s: float = 300, connect_timeout_s: float = 10,
                  max_connections: int = 256, model_map: dict[str, str] | None = None,
-                 default_max_tokens: int = 4096, http_transport: str = "auto"):
+                 default_max_tokens: int = 4096, http_transport: str = "auto",
+                 upstream_ca_bundle: str | None = None, upstream_client_cert: str | None = None,
+                 upstream_client_key: str | None = None, upstream_client_key_password: str | None = None,
+                 upstream_verify: bool = True):
         if dialect not in _PATHS:
             raise ValueError(f"runtime.dialect must be 'openai' or 'anthropic', not {dialect!r}")
         credentials = None
@@ -123,6 +135,16 @@ class UpstreamRuntime(Runtime):
         self._stream_headers = list({**headers, "accept": "text/event-stream"}.items())
         self._timeout_ext = self.timeout.as_dict()
         self._transport: Any = None  # Http1Transport, AiohttpTransport or httpx_transport(): one ``send``
+        self.upstream_verify = bool(upstream_verify)
+        tls_options = any((upstream_ca_bundle, upstream_client_cert, upstream_client_key,
+                           upstream_client_key_password, not self.upstream_verify))
+        self._tls_unused = tls_options and not (self.upstream_url or "").startswith("https:")
+        #: the one TLS context of every transport (None: the upstream is plain http, no TLS option set)
+        self.ssl_context: ssl.SSLContext | None = None
+        if tls_options or (self.upstream_url or "").startswith("https:"):
+            self.ssl_context = client_ssl_context(
+                ca_bundle=upstream_ca_bundle, client_cert=upstream_client_cert, client_key=upstream_client_key,
+                client_key_password=upstream_client_key_password, verify=self.upstream_verify)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -134,18 +156,31 @@ class UpstreamRuntime(Runtime):
         if self.upstream_url is None:
             log.error("%s", UpstreamNotConfigured())
             return
+        self._warn_about_tls()
         if self.http_transport == "http1":
             from ..kit.http1 import Http1Transport
 
-            self._transport = Http1Transport(max_connections=self.limits.max_connections or 256)
+            self._transport = Http1Transport(max_connections=self.limits.max_connections or 256,
+                                             ssl_context=self.ssl_context)
         elif self.http_transport == "aiohttp":
             from ..kit.http_transport import AiohttpTransport
 
-            self._transport = AiohttpTransport(max_connections=self.limits.max_connections or 256)
+            self._transport = AiohttpTransport(max_connections=self.limits.max_connections or 256,
+                                               ssl_context=self.ssl_context)
         else:
             from ..kit.http_transport import httpx_transport
 
-            self._transport = httpx_transport(self.limits)
+            self._transport = httpx_transport(self.limits, ssl_context=self.ssl_context)
+
+    def _warn_about_tls(self) -> None:
+        """Never silently: TLS options that do nothing, or a certificate nobody checks."""
+        if self._tls_unused:
+            log.warning("runtime.upstream_url %s is plain http: the runtime.upstream_* TLS options have no effect",
+                        self.where)
+        elif not self.upstream_verify:
+            log.warning("runtime.upstream_verify is false: the TLS certificate of the upstream %s is not checked, "
+                        "so anyone on the network path can read and change requests and answers; set "
+                        "runtime.upstream_ca_bundle to the upstream's CA instead", self.where)
 
     async def aclose(self) -> None:
         if self._transport is not None:

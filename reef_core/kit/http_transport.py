@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -117,13 +118,17 @@ class _LowerHeaders(Mapping[str, str]):
 
 
 class AiohttpTransport(httpx.AsyncBaseTransport):
-    """One ``aiohttp.ClientSession`` (created on first use, inside the running loop)."""
+    """One ``aiohttp.ClientSession`` (created on first use, inside the running loop).
+    ``ssl_context`` verifies ``https`` upstreams (``reef_core.kit.tls``); by default aiohttp's
+    own (the system's CAs)."""
 
-    def __init__(self, *, max_connections: int = 256, keepalive_s: float = 30.0):
+    def __init__(self, *, max_connections: int = 256, keepalive_s: float = 30.0,
+                 ssl_context: ssl.SSLContext | None = None):
         if not available():
             raise RuntimeError("aiohttp is not installed")
         self.max_connections = max_connections
         self.keepalive_s = keepalive_s
+        self.ssl_context = ssl_context
         self._session: Any = None
         self._timeouts: dict[tuple, Any] = {}
 
@@ -131,7 +136,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         if self._session is None or self._session.closed:
             aiohttp = _aiohttp()
             connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0,
-                                             keepalive_timeout=self.keepalive_s, ttl_dns_cache=60)
+                                             keepalive_timeout=self.keepalive_s, ttl_dns_cache=60,
+                                             ssl=self.ssl_context if self.ssl_context is not None else True)
             self._session = aiohttp.ClientSession(connector=connector, auto_decompress=True,
                                                   skip_auto_headers=("User-Agent",))
         return self._session
@@ -225,9 +231,11 @@ class HttpxSender:
         await self.transport.aclose()
 
 
-def httpx_transport(limits: httpx.Limits | None = None) -> HttpxSender:
-    """httpx's own pooled transport behind :meth:`AiohttpTransport.send`'s interface."""
-    return HttpxSender(httpx.AsyncHTTPTransport(limits=limits or httpx.Limits()))
+def httpx_transport(limits: httpx.Limits | None = None, ssl_context: ssl.SSLContext | None = None) -> HttpxSender:
+    """httpx's own pooled transport behind :meth:`AiohttpTransport.send`'s interface;
+    ``ssl_context`` verifies ``https`` upstreams (by default httpx's: certifi's CAs)."""
+    verify: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
+    return HttpxSender(httpx.AsyncHTTPTransport(limits=limits or httpx.Limits(), verify=verify))
 
 
 __all__ = ["AiohttpTransport", "HttpxSender", "UpstreamResponse", "available", "httpx_transport"]
