@@ -15,6 +15,8 @@ from ..store import new_id
 from . import jsonfast
 from .auth import Principal, check_scenario, require_role
 from .dialects.responses_api import input_items, output_as_input
+from .dialects.responses_schema import REQUEST as RESPONSES_REQUEST
+from .dialects.responses_schema import check_types
 from .errors import ClientError
 from .inference import Exchange, complete, stream
 from .scenarios import header_scenario
@@ -57,15 +59,8 @@ ANTHROPIC_BODY = _body_schema(["messages", "max_tokens"], {
     "stop_sequences": {"type": "array", "items": {"type": "string"}},
     "tools": {"type": "array", "items": {"type": "object"}}, "tool_choice": {"type": "object"},
 })
-RESPONSES_BODY = _body_schema(["input"], {
-    "model": {"type": "string"},
-    "input": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]},
-    "instructions": {"type": "string"}, "previous_response_id": {"type": "string"},
-    "store": {"type": "boolean"}, "stream": {"type": "boolean"},
-    "max_output_tokens": {"type": "integer"}, "temperature": {"type": "number"}, "top_p": {"type": "number"},
-    "tools": {"type": "array", "items": {"type": "object"}}, "tool_choice": {},
-    "parallel_tool_calls": {"type": "boolean"}, "text": {"type": "object"},
-})
+#: the Responses body as Reef reads it (every body is checked against it: ``_check_responses``)
+RESPONSES_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": RESPONSES_REQUEST}}}}
 _RESPONSES = {
     200: {"description": "The provider's response body (JSON), or an SSE stream when `stream` is true.",
           "headers": _REEF_HEADERS_DOC,
@@ -144,15 +139,10 @@ def _check_common(body: dict[str, Any]) -> bool:
 def _check_responses(body: dict[str, Any]) -> bool:
     if "input" not in body:
         raise ClientError("input: a string or an array of input items is required", param="input")
-    input_items(body["input"])  # the shape; each item is checked when translated
-    for key, kind in (("model", str), ("instructions", str), ("previous_response_id", str), ("stream", bool),
-                      ("store", bool)):
-        value = body.get(key)
-        if value is not None and not isinstance(value, kind):
-            raise ClientError(f"{key}: must be a {'string' if kind is str else 'boolean'}", param=key)
     mt = body.get("max_output_tokens")
     if mt is not None and (not isinstance(mt, int) or isinstance(mt, bool) or mt < 1):
         raise ClientError("max_output_tokens: must be a positive integer", param="max_output_tokens")
+    check_types(body)  # every field of the wrong type, at any depth, before anything reads the body
     return bool(body.get("stream"))
 
 

@@ -38,8 +38,9 @@ from reef_core.testing import parse_sse
 
 CHAT = "/v1/chat/completions"
 MSGS = "/v1/messages"
+RESPONSES = "/v1/responses"
 REPORT = "/reef/report"
-ROUTE_PATHS = {"openai": CHAT, "anthropic": MSGS}
+ROUTE_PATHS = {"openai": CHAT, "anthropic": MSGS, "responses": RESPONSES}
 BOUND_S = 10.0  # every answer within this, or it is a hang
 
 # ---------------------------------------------------------------------------- failures, by kind
@@ -299,7 +300,7 @@ _OPTIONAL = {
 class ChatSpec:
     """An inference request: its body and the x-reef headers it carries (besides the scenario)."""
 
-    route: str  # the client's dialect: openai | anthropic
+    route: str  # the client's dialect: openai | anthropic | responses
     body: Body
     stream: bool
 
@@ -717,7 +718,7 @@ class ShrinkBudget:
 
 
 def route_dialect(path: str) -> str:
-    return "openai" if path == CHAT else "anthropic" if path == MSGS else "reef"
+    return "openai" if path in (CHAT, RESPONSES) else "anthropic" if path == MSGS else "reef"
 
 
 def check_error_shape(path: str, answer: Answer) -> None:
@@ -741,10 +742,13 @@ def check_error_shape(path: str, answer: Answer) -> None:
 def stream_end(answer: Answer) -> str:
     """How a 200 stream ended: ``ok`` (the last event carries the receipt), ``error`` (an
     in-band error event), or ``broken`` (neither)."""
-    tail = answer.body[-16384:]
-    if len(answer.body) > len(tail):  # only the last events matter; start at an event boundary
-        tail = tail[tail.find(b"\n\n") + 2:]
-    events = parse_sse(tail.decode("utf-8", "replace"))
+    body, start = answer.body, len(answer.body)
+    for _ in range(3):  # only the last events matter, however long (a Responses one holds the whole answer)
+        found = body.rfind(b"\n\n", 0, start - 1)
+        start = found + 2 if found >= 0 else 0
+        if found < 0:
+            break
+    events = parse_sse(body[start:].decode("utf-8", "replace"))
     for _, data in reversed(events):
         if isinstance(data, dict):
             if isinstance(data.get("reef"), dict):

@@ -5,7 +5,9 @@ from __future__ import annotations
 import random
 
 import pytest
+from responses_inputs import SCHEMA_PATHS, containing_minimal, has_type
 
+from reef_core.serve.dialects.responses_schema import REQUEST
 from reef_core.testing import ReefServer
 
 JUNK = [None, 1, "x", [], {}, [1], ["a"], [{}], [{"type": "text"}], {"a": 1}, True, 1.5, [{"role": "user"}],
@@ -50,3 +52,39 @@ def test_malformed_bodies_never_5xx(upstreams, tmp_path, upstream):
                 if r.status_code >= 400:
                     assert r.json()["error"]["message"]
     assert {200, 400} <= seen  # the generator exercises both outcomes
+
+
+#: one JSON value of each type (and shapes that look like a field's own), for the schema walk below
+WRONG = [[], {}, "x", 0, 1, 1.5, True, [1], ["a"], [{}], {"a": 1}, {"type": "function"}]
+
+
+def _wrong_typed_bodies():
+    """For every field of the Responses schema (array items and free-form values included), a
+    well-typed body holding each JSON value of another type there: (body, the field's param)."""
+    for path, schema in SCHEMA_PATHS:
+        for leaf in WRONG:
+            if not has_type(leaf, schema):
+                body = containing_minimal(REQUEST, path, leaf)
+                body.setdefault("input", "hi")
+                yield body, ".".join(str(p) for p in path)
+
+
+@pytest.mark.parametrize("upstream", ["openai", "anthropic"])
+def test_every_responses_field_of_a_wrong_type_is_a_400(upstreams, tmp_path, upstream):
+    """Each field of ``POST /v1/responses``, one wrong type at a time: a 400 in OpenAI's shape
+    naming the field, and nothing reaches the upstream."""
+    before = len(upstreams[upstream].requests)
+    failures, tried = [], 0
+    with ReefServer(tmp_path, upstream=upstreams[upstream], log_level="critical") as reef, reef.client() as c:
+        for stream in (False, True):
+            for body, param in _wrong_typed_bodies():
+                body = {**body, "stream": stream} if param != "stream" else body
+                r = c.post("/v1/responses", json=body)
+                tried += 1
+                error = r.json().get("error") if r.headers.get("content-type") == "application/json" else None
+                if r.status_code != 400 or not error or error.get("param") != param or \
+                        set(error) != {"message", "type", "param", "code"}:
+                    failures.append(f"{param}: {r.status_code} {r.text[:200]} for {body!r:.300}")
+    assert not failures, f"{len(failures)} of {tried} failed:\n" + "\n".join(failures[:30])
+    assert len(upstreams[upstream].requests) == before
+    assert tried > 2 * len(SCHEMA_PATHS)

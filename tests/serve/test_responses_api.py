@@ -298,3 +298,35 @@ def test_what_cannot_be_retrieved_is_an_openai_shaped_404(tmp_path):
             limited.responses.retrieve(unstored.id)
         r = reef.client().get(f"/v1/responses/{in_a.id}", params={"stream": "true"}, headers={"x-reef-scenario": "a"})
         assert r.status_code == 400 and r.json()["error"]["param"] == "stream"
+
+
+@pytest.mark.parametrize("target", ["openai", "anthropic"])
+def test_translation_errors_are_the_clients_400(monkeypatch, target):
+    """The Responses translator runs under the same guard as the chat/messages ones: a tool type
+    of the wrong type (never checked by a route here) is a ClientError, and so is any type error
+    raised while translating a client's body."""
+    from reef_core.serve.dialects import responses_api, translate_request
+    from reef_core.serve.errors import ClientError
+
+    for tools in ([{"type": []}], [{"type": "namespace", "name": "n", "tools": [{"type": {}}]}], [3]):
+        with pytest.raises(ClientError):
+            translate_request({"input": "x", "tools": tools}, "responses", target)
+
+    def broken(body):
+        raise TypeError("unhashable type: 'list'")
+
+    monkeypatch.setattr("reef_core.serve.dialects.responses_to_chat", broken)
+    with pytest.raises(ClientError) as err:
+        translate_request({"input": "x"}, "responses", target)
+    assert "TypeError" in str(err.value) and err.value.status == 400
+    assert responses_api.responses_to_chat is not broken
+
+
+def test_the_schema_names_every_field_reef_reads():
+    """Every request field the translator or the echoed response object reads has a type in the
+    published schema (so the schema-driven fuzzing covers it)."""
+    from reef_core.serve.dialects.responses_api import _ECHO
+    from reef_core.serve.dialects.responses_schema import REQUEST
+
+    read = {*_ECHO, "model", "input", "stream", "store", "text", "instructions"}
+    assert read <= set(REQUEST["properties"]), read - set(REQUEST["properties"])

@@ -39,7 +39,9 @@ def translate_request(body: dict[str, Any], source: str, target: str, *,
                       default_max_tokens: int = _requests.DEFAULT_MAX_TOKENS) -> dict[str, Any]:
     """``body`` (in the client's ``source`` dialect) as a ``target`` (runtime) dialect request body."""
     if source == "responses":
-        body, source = responses_to_chat(body), "openai"
+        with _requests.client_shape("responses", target, "input, tools, tool_choice and text"):
+            body = responses_to_chat(body)
+        source = "openai"
     return _requests.translate_request(body, source, target, default_max_tokens=default_max_tokens)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from .. import jsonfast
@@ -18,16 +20,22 @@ def translate_request(body: dict[str, Any], source: str, target: str, *,
         return body
     if (source, target) not in (("openai", "anthropic"), ("anthropic", "openai")):
         raise ValueError(f"cannot translate requests from {source!r} to {target!r}")
-    try:
+    with client_shape(source, target):
         if source == "openai":
             return openai_to_anthropic(body, default_max_tokens=default_max_tokens)
         return anthropic_to_openai(body)
+
+
+@contextmanager
+def client_shape(source: str, target: str, fields: str = "messages, tools and tool_choice") -> Iterator[None]:
+    """Translation of a client's ``source`` body for a ``target`` upstream: a field of the wrong
+    shape somewhere deep (tool_calls that is a string, a tool type that is a list) is the
+    client's mistake, answered as a 400 naming what to check, never a crash of the translator."""
+    try:
+        yield
     except (AttributeError, TypeError, KeyError, IndexError) as exc:
-        # A field of the wrong shape somewhere deep (e.g. tool_calls that is a string): the
-        # client's mistake, answered as a 400 rather than crashing the translation.
         raise ClientError(f"the request body does not have the {source} shape Reef can translate "
-                          f"for a {target} upstream ({type(exc).__name__}: {exc}); check messages, "
-                          f"tools and tool_choice") from None
+                          f"for a {target} upstream ({type(exc).__name__}: {exc}); check {fields}") from None
 
 
 # ---------------------------------------------------------------------------- helpers

@@ -109,7 +109,12 @@ def _tools(tools: Any, namespace: str | None = None, where: str = "tools") -> li
         raise ClientError(f"{where}: must be an array of tools", param=where.replace("[", ".").replace("]", ""))
     out = []
     for i, tool in enumerate(tools):
-        kind = tool.get("type") if isinstance(tool, dict) else None
+        param = f"{where}.{i}".replace("[", ".").replace("]", "")
+        if not isinstance(tool, dict):
+            raise ClientError(f"{where}[{i}]: each tool must be an object", param=param)
+        kind = tool.get("type")
+        if not isinstance(kind, str):  # (a list or an object is no tool type, and no set member either)
+            raise ClientError(f"{where}[{i}].type: must be a string", param=f"{param}.type")
         if kind == "namespace" and namespace is None:  # a group of function tools (Codex's sub-agent tools)
             out += _tools(tool.get("tools") or [], str(tool.get("name", "")), f"tools[{i}].tools")
         elif kind == "function":
@@ -124,19 +129,19 @@ def _tools(tools: Any, namespace: str | None = None, where: str = "tools") -> li
         elif kind in BUILTIN_TOOLS:
             raise ClientError(f"{where}[{i}]: the built-in tool {kind!r} is not supported by Reef: only OpenAI's "
                               f"own service runs it; declare it as a function tool your client executes",
-                              param=f"{where}.{i}.type".replace("[", ".").replace("]", ""))
+                              param=f"{param}.type")
         else:
             raise ClientError(f"{where}[{i}]: tool type {kind!r} is not supported by Reef (only 'function' and "
-                              f"'namespace')", param=f"{where}.{i}.type".replace("[", ".").replace("]", ""))
+                              f"'namespace')", param=f"{param}.type")
     return out
 
 
 def _tool_choice(choice: Any) -> Any:
-    if choice in ("auto", "none", "required"):
+    if isinstance(choice, str) and choice in ("auto", "none", "required"):
         return choice
     if isinstance(choice, dict):
-        if choice.get("type") == "function" and choice.get("name"):
-            return {"type": "function", "function": {"name": str(choice["name"])}}
+        if choice.get("type") == "function" and isinstance(choice.get("name"), str) and choice["name"]:
+            return {"type": "function", "function": {"name": choice["name"]}}
         raise ClientError(f"tool_choice: {choice.get('type')!r} is not supported by Reef "
                           f"(use auto, none, required or a function)", param="tool_choice")
     raise ClientError("tool_choice: must be auto, none, required or {type: function, name}", param="tool_choice")
