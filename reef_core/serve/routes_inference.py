@@ -70,7 +70,8 @@ _RESPONSES = {
     403: {"description": "Token lacks the `infer` role or the scenario, or the scenario cannot be created "
                          "(`server.max_scenarios`, `server.scenarios_open`)."},
     404: {"description": "`model` is neither served nor a `runtime.model_aliases` name (`model_not_found`)."},
-    413: {"description": "Body larger than `server.max_body_bytes`."},
+    413: {"description": "Body larger than `server.max_body_bytes` (on `/v1/responses`, counting the conversation "
+                         "`previous_response_id` continues)."},
     502: {"description": "Upstream unreachable; upstream errors keep their own status."},
 }
 
@@ -146,10 +147,14 @@ def _check_responses(body: dict[str, Any]) -> bool:
     return bool(body.get("stream"))
 
 
-async def _with_previous(state: ServeState, scenario: str, body: dict[str, Any]) -> dict[str, Any]:
+async def _with_previous(state: ServeState, scenario: str, body: dict[str, Any], sent: int) -> dict[str, Any]:
     """A Responses body whose ``previous_response_id`` names one of this scenario's stored
     responses: that request's input and that answer's output become the prefix of ``input``
-    (what is recorded and sent). Instructions are not carried over, as OpenAI does."""
+    (what is recorded and sent). Instructions are not carried over, as OpenAI does.
+
+    The continued request, prefix included, obeys ``server.max_body_bytes`` like a body sent
+    whole (``sent`` bytes came on the wire): otherwise each turn of a chain would store and send
+    a larger request than any client may, without end."""
     previous = body.get("previous_response_id")
     if not previous:
         return body
@@ -165,6 +170,12 @@ async def _with_previous(state: ServeState, scenario: str, body: dict[str, Any])
                           f"cannot be continued; send the whole conversation as input",
                           param="previous_response_id")
     prefix = input_items(record.request.get("input"), "previous input") + output_as_input(record.response.get("output"))
+    size = sent + len(jsonfast.dumps(prefix))
+    if size > state.max_body_bytes:
+        raise ClientError(f"previous_response_id: the conversation it continues and this request come to about "
+                          f"{size} bytes, more than the server's limit of {state.max_body_bytes} bytes "
+                          f"(server.max_body_bytes), which a continued request obeys like a whole one; start a "
+                          f"new conversation with a shorter input", 413, param="previous_response_id")
     return {**body, "input": prefix + input_items(body["input"])}
 
 
@@ -172,10 +183,11 @@ async def _serve(request: Request, principal: Principal, dialect: str, route: st
     state: ServeState = request.app.state.serve
     scenario, session, tags = _request_meta(request, state.default_scenario)
     check_scenario(principal, scenario)
-    body = parse_json_object(await request.body(), state.max_json_depth)
+    raw = await request.body()
+    body = parse_json_object(raw, state.max_json_depth)
     if dialect == "responses":
         streamed = _check_responses(body)
-        body = await _with_previous(state, scenario, body)
+        body = await _with_previous(state, scenario, body, len(raw))
     else:
         streamed = _check_common(body)
     if dialect == "anthropic":

@@ -330,3 +330,33 @@ def test_the_schema_names_every_field_reef_reads():
 
     read = {*_ECHO, "model", "input", "stream", "store", "text", "instructions"}
     assert read <= set(REQUEST["properties"]), read - set(REQUEST["properties"])
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_chain_past_the_body_limit_is_a_413(tmp_path, streamed):
+    """Each turn of a ``previous_response_id`` chain stores and sends the whole conversation; the
+    continued request, prefix included, obeys ``server.max_body_bytes`` (a 413 naming it, in
+    OpenAI's shape) like a body sent whole, so no record grows past what a client may send."""
+    limit = 20_000
+    with FakeUpstream("openai", lambda body: "y" * 3000) as up, \
+            ReefServer(tmp_path / "state", [f"server.max_body_bytes={limit}"], upstream=up) as reef, \
+            reef.client() as c:
+        previous, sizes = None, []
+        for _ in range(12):
+            body = {"model": "m", "input": "x" * 2000, "stream": streamed}
+            if previous:
+                body["previous_response_id"] = previous
+            before = len(up.requests)
+            r = c.post("/v1/responses", json=body)
+            if r.status_code != 200:
+                break
+            previous = r.headers["x-reef-agent-record-id"]
+            sizes.append(len(json.dumps(reef.wait_record(previous).request)))
+        assert r.status_code == 413, f"the chain ran {len(sizes)} turns: {sizes}"
+        error = r.json()["error"]
+        assert error["param"] == "previous_response_id" and error["code"] == "payload_too_large"
+        assert "server.max_body_bytes" in error["message"] and error["type"] == "invalid_request_error"
+        assert len(up.requests) == before  # refused before the upstream was called
+        assert 2 <= len(sizes) and max(sizes) <= limit, sizes
+        # a chain that starts over is served again
+        assert c.post("/v1/responses", json={"model": "m", "input": "x" * 2000}).status_code == 200
