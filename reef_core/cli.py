@@ -150,7 +150,7 @@ def records_list(config_file, scenario, status, limit, force, overrides) -> None
     """The newest records of a scenario, one per line."""
     store, settings = _store(overrides, config_file, force)
     scenario = scenario or settings.server.default_scenario
-    rows = store.list_records(scenario, status=status, limit=limit, newest_first=True)
+    rows = store.list_records(scenario, status=status, limit=limit, newest_first=True, bodies=False)
     reports = store.reports_for_records([r.id for r in rows])
     for r in rows:
         scores = [rep.score for rep in reports[r.id] if rep.score is not None]
@@ -194,17 +194,12 @@ def records_export(config_file, scenario, output, force, overrides) -> None:
 
     store, settings = _store(overrides, config_file, force)
     scenario = scenario or settings.server.default_scenario
-    after = None
-    while True:
-        rows = store.list_records(scenario, after_seq=after, limit=500)
-        if not rows:
-            break
+    for rows in store.iter_record_pages(scenario):  # one page of bodies in memory at a time, not the scenario
         reports = store.reports_for_records([r.id for r in rows])
         for r in rows:
             data = to_json(r)
             data["reports"] = [to_json(x) for x in reports[r.id]]
             output.write(json.dumps(data, ensure_ascii=False) + "\n")
-        after = rows[-1].seq
 
 
 def configure_logging(level: str) -> None:

@@ -19,7 +19,7 @@ import logging
 import re
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -170,9 +170,19 @@ def serving_conditions(ctx: Any) -> ServingConditions:
     store = getattr(ctx, "store", None)
     if store is None:
         return ServingConditions({}, "unknown")
-    records = store.list_records(ctx.scenario, kind="inference", status="ok", limit=SERVING_WINDOW,
+    seen = 0
+
+    def counted(records: Iterable[Any]) -> Iterator[Any]:
+        nonlocal seen
+        for record in records:
+            seen += 1
+            yield record
+
+    # a page of bodies at a time: the window's requests may each be as large as a body can be
+    records = store.iter_records(ctx.scenario, kind="inference", status="ok", limit=SERVING_WINDOW,
                                  newest_first=True)
-    return ServingConditions(serving_params(records, ctx.dialect), "records", len(records))
+    params = serving_params(counted(records), ctx.dialect)
+    return ServingConditions(params, "records", seen)
 
 
 def episode_params(serving: ServingConditions, params: dict[str, Any]) -> dict[str, Any]:

@@ -292,7 +292,9 @@ async def list_records(
     cursor: str | None = Query(None, description="next_cursor of the previous page."),
     principal: Principal = Depends(require_role()),
 ) -> dict[str, Any]:
-    """Records of a scenario, each with the reports quoting it, one page at a time."""
+    """Records of a scenario, each with the reports quoting it, one page at a time: at most
+    ``limit`` records, fewer when their bodies pass ``server.max_body_bytes`` (follow
+    ``next_cursor``; a record larger than that is a page of its own)."""
     state: ServeState = request.app.state.serve
     path_scenario(scenario)
     check_scenario(principal, scenario)
@@ -308,11 +310,11 @@ async def list_records(
     since_utc, until_utc = _as_utc(since, "since"), _as_utc(until, "until")
 
     def read() -> dict[str, Any]:
-        rows = store.list_records(scenario, kind=kind, status=status, session=session, since=since_utc,
-                                  until=until_utc, after_seq=after, before_seq=before, limit=limit + 1,
-                                  newest_first=newest_first)
-        more = len(rows) > limit
-        rows = rows[:limit]
+        # A page ends early where its bodies pass server.max_body_bytes: a reader holds at most
+        # about one request's worth of bodies, however large the scenario's records are.
+        rows, more = store.records_page(scenario, kind=kind, status=status, session=session, since=since_utc,
+                                        until=until_utc, after_seq=after, before_seq=before, limit=limit,
+                                        max_bytes=state.max_body_bytes, newest_first=newest_first)
         return {"scenario": scenario, "records": _with_reports(store, rows),
                 "next_cursor": _encode_cursor(rows[-1].seq, newest_first) if more and rows else None}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import and_, exists, func, insert, union
@@ -25,6 +25,7 @@ from .leases import LeaseStore
 from .models import CandidateRow, Consumption, Record, Release, Report, ReportReference, storable, utcnow
 from .modes import ModeStore
 from .record_insert import SQLiteRecordInsert
+from .record_pages import RecordPages
 from .retention import RetentionStore
 
 _RECORD_COLUMNS = tuple(c.name for c in Record.__table__.columns if c.name != "seq")
@@ -40,7 +41,7 @@ class ScenarioMismatch(ConflictError):
         self.record_scenario = record_scenario
 
 
-class RecordStore(ConsumptionStore, EpisodeStore, LeaseStore, ModeStore, RetentionStore):
+class RecordStore(RecordPages, ConsumptionStore, EpisodeStore, LeaseStore, ModeStore, RetentionStore):
     """Typed access to Reef's tables. Safe to share between threads."""
 
     def __init__(self, url: str, *, migrate: bool = True, synchronous: str = "full"):
@@ -105,44 +106,6 @@ class RecordStore(ConsumptionStore, EpisodeStore, LeaseStore, ModeStore, Retenti
         with self._read() as s:
             rows = s.exec(select(Record).where(Record.id.in_(ids))).all()
         return {r.id: r for r in rows}
-
-    def list_records(
-        self,
-        scenario: str,
-        *,
-        kind: str | None = None,
-        status: str | None = None,
-        session: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        after_seq: int | None = None,
-        before_seq: int | None = None,
-        limit: int | None = 50,
-        newest_first: bool = False,
-    ) -> list[Record]:
-        """Records of ``scenario`` matching the filters, ordered by storage sequence."""
-        if not all(storable(v) for v in (scenario, kind, session) if v is not None):
-            return []  # nothing stored can match a NUL (and PostgreSQL refuses to compare it)
-        q = select(Record).where(Record.scenario == scenario)
-        if kind:
-            q = q.where(Record.kind == kind)
-        if status:
-            q = q.where(Record.status == status)
-        if session:
-            q = q.where(Record.session == session)
-        if since:
-            q = q.where(Record.created_at >= since)
-        if until:
-            q = q.where(Record.created_at < until)
-        if after_seq is not None:
-            q = q.where(Record.seq > after_seq)
-        if before_seq is not None:
-            q = q.where(Record.seq < before_seq)
-        q = q.order_by(Record.seq.desc() if newest_first else Record.seq)
-        if limit is not None:
-            q = q.limit(limit)
-        with self._read() as s:
-            return list(s.exec(q).all())
 
     def scenario_names(self) -> list[str]:
         """Every scenario with stored data (records, reports or releases), sorted; one query."""
