@@ -106,10 +106,14 @@ def test_readers_that_need_no_bodies_read_none(store_url):
                               response={"object": "response", "output": []})])
     with statements(store) as ran:
         got = store.stored_response("resp")
-    assert (got.scenario, got.route, got.response, got.store) == ("s", "openai.responses",
-                                                                  {"object": "response", "output": []}, False)
+    assert (got.scenario, got.route, got.response, got.unstored) == ("s", "openai.responses",
+                                                                     {"object": "response", "output": []}, True)
     assert not any(re.search(r"(?<!\()records\.request\b(?!\s*->)", sql) for sql in ran), ran  # only its "store"
-    assert store.stored_response("missing") is None and store.stored_response("big-00").store is None
+    assert store.stored_response("missing") is None and not store.stored_response("big-00").unstored
+    odd = [Record(id=f"odd{i}", scenario="s", request=request) for i, request in
+           enumerate([{"store": "false"}, {"store": [False]}, ["store"], "x", None, {"store": True}])]
+    store.add_records(odd)
+    assert [store.stored_response(r.id).unstored for r in odd] == [False] * len(odd)  # none is an error either
 
 
 def test_the_cli_export_and_the_serving_window_read_by_pages(store_url, tmp_path, monkeypatch):

@@ -245,13 +245,14 @@ async def retrieve_response(response_id: str, request: Request, principal: Princ
     if request.query_params.get("stream") in ("true", "1"):
         raise ClientError("stream: replaying a stored response as events is not supported; retrieve it without "
                           "stream", param="stream")
-    # The answer and the request's ``store`` only: the request's body (the whole conversation) stays unread.
+    # The answer and whether the request said ``store: false``: the request's body (the whole conversation)
+    # stays unread.
     record = await run_in_threadpool(state.reef.store.stored_response, response_id)
     found = record is not None and record.scenario == scenario and record.route == "openai.responses" \
         and isinstance(record.response, dict) and record.response.get("object") == "response"
     if not found:
         raise NotFoundError(f"no stored response {response_id!r} in scenario {scenario!r}")
-    if record.store is False:
+    if record.unstored:
         raise NotFoundError(f"response {response_id!r} was created with store: false, so it cannot be retrieved")
     return Response(jsonfast.dumps(record.response), media_type="application/json",
                     headers={"x-reef-agent-record-id": record.id})

@@ -40,7 +40,7 @@ class StoredResponse:
     scenario: str
     route: str | None
     response: Any
-    store: bool | None  # the request's ``store`` field (False: not retrievable)
+    unstored: bool  # the request said ``store: false`` (the answer is not to be retrieved)
 
 
 def _body_bytes(dialect: str) -> Any:
@@ -163,8 +163,12 @@ class RecordPages:
         if not storable(record_id):
             return None
         table = Record.__table__
+        if self.dialect == "sqlite":
+            unstored = func.json_type(table.c.request, "$.store") == "false"
+        else:  # (any request: a ``store`` of another type, or a request that is no object, is no error)
+            unstored = cast(table.c.request["store"], Text) == "false"
         q = select(table.c.id, table.c.scenario, table.c.route, table.c.response,
-                   table.c.request["store"].as_boolean()).where(table.c.id == record_id)
+                   func.coalesce(unstored, False)).where(table.c.id == record_id)
         with self._reader.connect() as conn:
             row = conn.execute(q).first()
-        return None if row is None else StoredResponse(*row)
+        return None if row is None else StoredResponse(*row[:4], unstored=bool(row[4]))
