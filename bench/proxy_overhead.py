@@ -112,6 +112,7 @@ class Conn:
 
     def __init__(self, host: str, port: int):
         self.host, self.port = host, port
+        self.authority = f"{host}:{port}".encode()
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
@@ -119,7 +120,8 @@ class Conn:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         t0 = time.perf_counter()
-        self.writer.write(b"POST " + path.encode() + b" HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        self.writer.write(b"POST " + path.encode() + b" HTTP/1.1\r\nhost: " + self.authority
+                          + b"\r\ncontent-type: application/json\r\n"
                           + headers + b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
         head = await self.reader.readuntil(b"\r\n\r\n")
         status = int(head[9:12])

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from omegaconf import DictConfig, OmegaConf
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import ConfigError
 from .plugins import Plugins
@@ -69,6 +69,20 @@ class ServerSettings(_Strict):
     #: allocations between collections of Python's youngest GC generation while serving
     #: (``reef_core.serve.gc_tuning``); null keeps Python's default (700)
     gc_young_threshold: int | None = Field(20_000, ge=100)
+    #: host names served besides the bind address, localhost, 127.0.0.1 and [::1] (any IP
+    #: address too on a 0.0.0.0 or :: bind): ``name`` (any port) or ``name:port``; ``*`` any
+    #: host. Other ``Host`` headers get 421 (DNS rebinding; ``reef_core.serve.hosts``)
+    allowed_hosts: list[str] = []
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _known_host_forms(cls, value: list[str]) -> list[str]:
+        from .serve.hosts import parse_allowed
+
+        for entry in value:
+            if entry.strip() != "*":
+                parse_allowed(entry)
+        return value
 
 
 class TokenSettings(_Strict):

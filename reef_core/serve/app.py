@@ -12,8 +12,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..kernel import Reef
 from ..served_config import announce
+from .browser_guard import BrowserGuard
 from .errors import install_error_handlers
 from .fastpath import InferenceFastPath
+from .hosts import AllowedHosts
 from .limits import BodyLimitMiddleware
 from .metrics import Metrics
 from .state import ServeState
@@ -63,9 +65,13 @@ class ReefApp(FastAPI):
     fast path sits inside FastAPI's stack, while OpenTelemetry is on, so that inference
     requests keep their spans, and once other middleware is added to the app (it has to see
     every request too).
+
+    ``guard`` (``browser_guard.BrowserGuard``) checks every HTTP request before either: its
+    ``Host`` and, for state-changing methods, whether a page of another site sent it.
     """
 
     entry: ASGIApp | None = None
+    guard: BrowserGuard | None = None
     _max_body_bytes: int = 0
 
     def serve_inference(self, max_body_bytes: int, *, in_front: bool) -> None:
@@ -85,6 +91,11 @@ class ReefApp(FastAPI):
         super().add_middleware(middleware_class, *args, **kwargs)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.guard is not None and scope["type"] == "http":
+            refused = self.guard.refusal(scope)
+            if refused is not None:
+                await self.guard.refuse(scope, send, *refused)
+                return
         if self.entry is None:
             await super().__call__(scope, receive, send)
             return
@@ -133,6 +144,10 @@ def create_app(reef: Reef) -> FastAPI:
     app.state.reef = reef
     app.state.serve = state
     install_error_handlers(app)
+    # the Host allow-list (DNS rebinding) and the refusal of cross-site state changes
+    server = reef.settings.server
+    app.guard = BrowserGuard(AllowedHosts.for_server(server.host, server.allowed_hosts),
+                             on_refusal=lambda status: state.metrics.http_errors.labels(str(status)).inc())
     # The inference fast path runs inside the body-size guard: in front of FastAPI's stack
     # unless FastAPI's OpenTelemetry is on (an empty ``telemetry``), then inside it.
     app.serve_inference(reef.settings.server.max_body_bytes, in_front=bool(telemetry))

@@ -19,13 +19,15 @@ TIMEOUT = 0.5
 #: a connection the server should close is closed within this many seconds, or the test fails
 NO_HANG = TIMEOUT * 10 + 2
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+#: the raw requests here say "Host: x"
+ALLOW_X = "server.allowed_hosts=[x]"
 
 
 @pytest.fixture(scope="module")
 def reef(upstreams, tmp_path_factory):
     with ReefServer(tmp_path_factory.mktemp("slow"), upstream=upstreams["openai"],
                     overrides=[f"server.header_timeout_s={TIMEOUT}", f"server.body_timeout_s={TIMEOUT}",
-                               "server.max_connections=20"]) as server:
+                               "server.max_connections=20", ALLOW_X]) as server:
         yield server
 
 
@@ -257,7 +259,7 @@ def test_connection_cap(upstreams, tmp_path):
     slow connections are closed (by the header timeout) new clients are served again."""
     cap = 20
     with ReefServer(tmp_path, upstream=upstreams["openai"],
-                    overrides=["server.header_timeout_s=2", f"server.max_connections={cap}"]) as reef:
+                    overrides=["server.header_timeout_s=2", f"server.max_connections={cap}", ALLOW_X]) as reef:
         established = _connect(reef)
         slow: list[socket.socket] = []
         try:
