@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from starlette.requests import Request
 from starlette.types import Scope, Send
@@ -69,7 +70,7 @@ def cross_site_refusal(host: bytes | None, origin: bytes | None, site: bytes | N
 class BrowserGuard:
     """The Host and cross-site checks of one app (``ReefApp.guard``)."""
 
-    def __init__(self, hosts: AllowedHosts, on_refusal=None):
+    def __init__(self, hosts: AllowedHosts, on_refusal: Callable[[int], None] | None = None):
         self.hosts = hosts
         #: called with the status of every refusal (the app's error counter)
         self.on_refusal = on_refusal
