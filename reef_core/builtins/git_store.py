@@ -50,6 +50,7 @@ from ..commit.artifacts import (
     artifact_files,
     content_hash,
 )
+from ..commit.release_checks import ReleaseRefused, check_manifest, check_tree, parse_manifest
 from ..contracts import ArtifactStore
 from ..errors import PublishConflict
 from ..hookspecs import hookimpl
@@ -201,7 +202,7 @@ class GitArtifactStore(ArtifactStore):
         cached = self._manifests.get(commit)
         if cached is None:
             _, out, _ = self._git("cat-file", "blob", f"{commit}:{MANIFEST}")
-            cached = json.loads(out)
+            cached = parse_manifest(out)  # a release's manifest is untrusted: release_checks judges it
             self._manifests[commit] = cached
         return cached
 
@@ -219,10 +220,12 @@ class GitArtifactStore(ArtifactStore):
         for commit in commits:
             end = out.index(b"\n", pos)
             header = out[pos:end].decode().split()
-            if len(header) != 3 or header[1] != "blob":
-                raise ArtifactError(f"release commit {commit} in {self.path} has no {MANIFEST}")
+            if len(header) != 3 or header[1] != "blob":  # "<name> missing": no manifest, refused when checked
+                self._manifests[commit] = parse_manifest(None)
+                pos = end + 1
+                continue
             size = int(header[2])
-            self._manifests[commit] = json.loads(out[end + 1:end + 1 + size])
+            self._manifests[commit] = parse_manifest(out[end + 1:end + 1 + size])
             pos = end + 1 + size + 1
 
     def _resolve(self, scenario: str) -> str | None:
@@ -346,7 +349,11 @@ class GitArtifactStore(ArtifactStore):
     def materialize(self, scenario: str, commit: str, dest: Path) -> Path:
         """Write the tree of release ``commit`` into the new directory ``dest`` and check that
         its content hash matches the manifest (a damaged store or missing LFS object fails)."""
-        manifest = self._manifest(commit)
+        try:  # nothing of a refused release is written
+            manifest = check_manifest(self._manifest(commit), scenario=scenario)
+            self._check_tree(commit)
+        except ReleaseRefused as exc:
+            raise ReleaseRefused.of(scenario, commit, exc) from None
         dest = Path(dest)
         dest.mkdir(parents=True, exist_ok=False)
         with tempfile.TemporaryDirectory(prefix="reef-checkout-") as tmp:
@@ -359,6 +366,18 @@ class GitArtifactStore(ArtifactStore):
                                 f"hash {got}, but its manifest says {manifest['content_hash']}; the artifact "
                                 f"store at {self.path} is damaged or an LFS object is missing")
         return dest
+
+    def _check_tree(self, commit: str) -> None:
+        """Refuse a commit whose tree holds anything but plain files with allowed names
+        (``release_checks.check_tree``), before any of it is checked out."""
+        _, out, _ = self._git("ls-tree", "-r", "-z", "--full-tree", commit)
+        entries = []
+        for line in out.split("\0"):
+            if line:
+                meta, _, path = line.partition("\t")
+                if path != MANIFEST:
+                    entries.append((meta.split(" ", 1)[0], path))
+        check_tree(entries)
 
     def diff(self, old_commit: str | None, new_commit: str) -> str:
         """Unified diff of the artifact files between two releases (None: the empty tree)."""

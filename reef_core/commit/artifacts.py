@@ -106,7 +106,10 @@ class StoredRelease:
 
     @property
     def release_id(self) -> str:
-        return self.manifest["release_id"]
+        """The manifest's ``release_id``; "" when it is no string (a release ``release_checks``
+        refuses, still listed in its chain's history)."""
+        value = self.manifest.get("release_id")
+        return value if isinstance(value, str) else ""
 
     @property
     def scenario(self) -> str:

@@ -35,6 +35,7 @@ from .artifacts import (
     describe,
 )
 from .harness import check_harness
+from .release_checks import Refusals, check_publishable, check_served, trusted_history
 
 log = logging.getLogger("reef.commit")
 
@@ -65,6 +66,8 @@ class ReleaseChain:
         self.records = records
         self.releases_dir = Path(releases_dir)
         self._materialize_lock = threading.Lock()
+        #: releases read from the chain and refused (``release_checks``), for status and metrics
+        self.refusals = Refusals()
 
     # ------------------------------------------------------------------ reading
 
@@ -113,6 +116,7 @@ class ReleaseChain:
             "created_at": datetime.now(timezone.utc).isoformat(),
             **(extra or {}),
         }
+        check_publishable(scenario, manifest)
         stored = self.artifacts.publish(scenario, Path(artifact_dir), manifest,
                                         expected_head=parent.git_commit if parent else None)
         if os.environ.get(FAULT_ENV) == "kill":
@@ -204,7 +208,7 @@ class ReleaseChain:
                             f"artifact store does not have it; restore the artifact store or the database"
                         )
             recorded = {row.release_id for row in rows}
-            for stored in history:
+            for stored in trusted_history(scenario, history, self.refusals):  # refused ones are never recorded
                 if stored.release_id in recorded or self.records.get_release(stored.release_id) is not None:
                     continue
                 log.warning("recording release %s of %s from the artifact store (the database missed it: "
@@ -218,6 +222,7 @@ class ReleaseChain:
     def materialize(self, release: Release | StoredRelease) -> ActiveRelease:
         """The release (a database row or a stored release) as a directory under
         ``releases_dir``, made once and reused afterwards."""
+        check_served(release)
         commit = release.commit if isinstance(release, StoredRelease) else release.git_commit
         scenario_dir = self.releases_dir / quote(release.scenario, safe="")
         final = scenario_dir / release.release_id

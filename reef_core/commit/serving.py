@@ -14,6 +14,9 @@ application on requests, and the ways the table changes:
 - ``rollback``: a past release's content, or the base model's (``BASE``: an empty artifact),
   published as the new head; nothing when the head already has it.
 
+Releases read from the chain are untrusted (``release_checks``): one that is refused is never
+served, the scenario keeps serving its last good release, and ``refused`` says why.
+
 A server that only serves (``loop.enabled=false``, or a kernel built without the learning
 loop) still serves and follows its releases.
 """
@@ -32,6 +35,7 @@ from ..types import ActiveRelease
 from .artifacts import StoredRelease
 from .chain import BASE, ReleaseChain
 from .harness import HarnessCache
+from .release_checks import Refusal, ReleaseRefused
 
 log = logging.getLogger("reef.releases")
 
@@ -86,7 +90,7 @@ class ServingReleases:
         self.harness = HarnessCache()
         self._on_published = on_published
         self._serving: dict[str, ActiveRelease] = {}
-        self._commits: dict[str, str] = {}  # scenario → artifact-store commit it serves
+        self._commits: dict[str, str] = {}  # scenario → chain head dealt with: served, or refused
         self._lock = asyncio.Lock()  # one swap at a time: publisher and follower never both announce
         self._tasks: list[asyncio.Task] = []
 
@@ -95,6 +99,15 @@ class ServingReleases:
     def serving(self, scenario: str) -> ActiveRelease | None:
         """The release ``scenario`` serves now (None before its first)."""
         return self._serving.get(scenario)
+
+    def refused(self, scenario: str) -> Refusal | None:
+        """The release of ``scenario``'s chain this process refused and does not serve (None:
+        it serves its chain's head, or has nothing to serve)."""
+        return self.chain.refusals.get(scenario)
+
+    def refused_releases(self) -> dict[str, Refusal]:
+        """``refused`` of every scenario that has a refused release."""
+        return self.chain.refusals.all()
 
     def apply_harness(self, body: dict[str, Any], dialect: str, release: ActiveRelease | None) -> dict[str, Any]:
         """``body`` with ``release``'s harness (system prompt, rules, skills) injected; as is
@@ -158,7 +171,7 @@ class ServingReleases:
         """
         heads = await asyncio.to_thread(self._recover)
         for scenario in sorted(heads):
-            await self._swap(heads[scenario])
+            await self._serve_head(heads[scenario])
         if follow:
             self._tasks.append(asyncio.create_task(self._follow(), name="reef-release-follower"))
 
@@ -200,6 +213,27 @@ class ServingReleases:
             return False
         return all(counts.get(scenario) == row.sequence for scenario, row in heads.items())
 
+    async def _serve_head(self, head: Release) -> None:
+        """Serve ``head``, or the newest earlier release of its chain when ``head`` is refused: a
+        refused release never stops a server from starting."""
+        try:
+            await self._swap(head)
+            return
+        except ReleaseRefused as exc:
+            self._refuse(head, exc)
+        for row in await asyncio.to_thread(self.store.list_releases, head.scenario):
+            if row.sequence < head.sequence:
+                try:
+                    await self._swap(row)
+                    return
+                except ReleaseRefused as exc:
+                    log.warning("%s: not serving release %s either: %s", head.scenario, row.release_id, exc)
+
+    def _refuse(self, release: Release, exc: ReleaseRefused) -> None:
+        serving = self._serving.get(release.scenario)
+        self.chain.refusals.refuse(release.scenario, release.git_commit or "", str(exc), position=release.sequence,
+                                   last_good=serving.release_id if serving else None)
+
     async def _swap(self, release: Release | StoredRelease) -> bool:
         """Serve ``release`` unless it already serves; True when this call swapped it in."""
         async with self._lock:
@@ -211,6 +245,7 @@ class ServingReleases:
                 self._serving[release.scenario] = active
             commit = release.commit if isinstance(release, StoredRelease) else release.git_commit
             self._commits[release.scenario] = commit or ""
+            self.chain.refusals.served(release.scenario, release.sequence, commit)
             return swapped
 
     async def _follow(self) -> None:
@@ -225,8 +260,14 @@ class ServingReleases:
                         head = await asyncio.to_thread(self.chain.head, scenario)
                         if head is not None and self._commits.get(scenario) != head.git_commit:
                             log.info("%s: following release %s published elsewhere", scenario, head.release_id)
-                            if await self._swap(head):
-                                self._on_published(head)
+                            try:
+                                if await self._swap(head):
+                                    self._on_published(head)
+                            except ReleaseRefused as exc:
+                                self._refuse(head, exc)
+                        if self.chain.refusals.get(scenario) is not None:
+                            # this head was read and refused: read it again only once the chain moves
+                            self._commits[scenario] = heads[scenario]
             except asyncio.CancelledError:
                 raise
             except Exception:  # keep following; the next round retries

@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
+from ..commit.release_checks import ReleaseRefused
 from ..errors import ConfigError, ConflictError, ModelNotFound, NotFoundError, ReefError, RuntimeCallError
 from . import jsonfast
 
@@ -198,7 +199,7 @@ def install_error_handlers(app: FastAPI) -> None:
             status = exc.status if 400 <= exc.status <= 599 else 502
         elif isinstance(exc, NotFoundError):
             status = 404
-        elif isinstance(exc, ConflictError):
+        elif isinstance(exc, (ConflictError, ReleaseRefused)):  # ReleaseRefused: the chain holds it, unusable
             status = 409
         elif isinstance(exc, ConfigError):
             status = 400

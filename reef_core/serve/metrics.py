@@ -15,7 +15,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from ..hookspecs import hookimpl
 
@@ -63,6 +63,30 @@ class _ScenarioFiltered:
                 metric = copy.copy(metric)
                 metric.samples = kept
             yield metric
+
+
+class _RefusedReleases:
+    """``reef_release_refused{scenario}``, computed at scrape time from the release chain."""
+
+    def __init__(self, refused: Callable[[], Iterable[str]], label: Callable[[str], str]):
+        self._refused = refused
+        self._label = label
+
+    def describe(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily("reef_release_refused", self._help, labels=("scenario",))
+
+    _help = ("1 for a scenario whose release chain holds a release this server refused (an id, a path or a file "
+             "it may not use); it keeps serving its last good release. The log and GET /reef/scenarios/{s} say why.")
+
+    def collect(self) -> Iterator[Metric]:
+        counts: dict[str, int] = {}
+        for scenario in self._refused():
+            label = self._label(scenario)
+            counts[label] = counts.get(label, 0) + 1
+        family = GaugeMetricFamily("reef_release_refused", self._help, labels=("scenario",))
+        for label, count in sorted(counts.items()):
+            family.add_metric([label], count)
+        yield family
 
 
 class Metrics:
@@ -150,6 +174,11 @@ class Metrics:
                 self._labelled.add(scenario)
                 return scenario
         return OTHER_SCENARIO
+
+    def watch_refused_releases(self, refused: Callable[[], Iterable[str]]) -> None:
+        """Expose ``reef_release_refused``: 1 for each scenario ``refused()`` names (those whose
+        chain holds a release this server refused and does not serve), read at each scrape."""
+        self.registry.register(_RefusedReleases(refused, self.scenario_label))
 
     def observe_batch(self, size: int, seconds: float) -> None:
         self.batch_size.observe(size)

@@ -202,6 +202,7 @@ async def get_scenario(scenario: str, request: Request,
             raise NotFoundError(f"no scenario named {scenario!r}")
         head = reef.store.head_release(scenario)
         serving = reef.serving_release(scenario)
+        refused = reef.releases.refused(scenario)
         # the loop's plan also resolves the evaluator (a recipe's default_evaluator when config names none)
         loop = reef.learning.status(scenario) if reef.learning is not None else None
         configured = reef.settings.evaluator_for(scenario)[0]
@@ -212,6 +213,8 @@ async def get_scenario(scenario: str, request: Request,
             "runtime": reef.runtime_name,
             "head_release": to_json(head) if head else None,
             "serving_release_id": serving.release_id if serving else None,
+            # a release of the chain this server refused (release_checks) and does not serve, and why
+            "refused_release": refused.to_json() if refused else None,
             "counts": reef.store.counts(scenario),
             # the learning mode (``docs/modes.md``), also without a learning loop: what is stored, else configured
             "mode": loop["mode"] if loop else _stored_or_configured_mode(reef, scenario),

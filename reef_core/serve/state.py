@@ -60,6 +60,7 @@ class ServeState:
         runtime = reef.runtime
         scenarios = ScenarioRegistry.from_settings(reef.settings)
         metrics.pin_scenarios(scenarios.pinned)
+        metrics.watch_refused_releases(lambda: reef.releases.refused_releases().keys())
         # Its startup hook runs after the release chain's recovery, so the scenarios of releases
         # recovery just recorded count as stored too.
         reef.register(scenarios, name="reef.scenarios")
