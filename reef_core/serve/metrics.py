@@ -68,15 +68,15 @@ class _ScenarioFiltered:
 class _RefusedReleases:
     """``reef_release_refused{scenario}``, computed at scrape time from the release chain."""
 
+    _help = ("1 for a scenario whose release chain holds a release this server refused (an id, a path or a file "
+             "it may not use); it keeps serving its last good release. The log and GET /reef/scenarios/{s} say why.")
+
     def __init__(self, refused: Callable[[], Iterable[str]], label: Callable[[str], str]):
         self._refused = refused
         self._label = label
 
     def describe(self) -> Iterator[Metric]:
         yield GaugeMetricFamily("reef_release_refused", self._help, labels=("scenario",))
-
-    _help = ("1 for a scenario whose release chain holds a release this server refused (an id, a path or a file "
-             "it may not use); it keeps serving its last good release. The log and GET /reef/scenarios/{s} say why.")
 
     def collect(self) -> Iterator[Metric]:
         counts: dict[str, int] = {}
