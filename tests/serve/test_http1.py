@@ -13,6 +13,7 @@ import zlib
 
 import httpx
 import pytest
+from scripted import Scripted, answer
 
 from reef_core.kit.http1 import Http1Transport
 
@@ -20,58 +21,11 @@ HEADERS = [("content-type", "application/json"), ("authorization", "Bearer k")]
 TIMEOUT = {"connect": 5, "read": 5, "pool": 5}
 
 
-class Scripted:
-    """A TCP server whose every connection runs ``handler(reader, writer, n)``, ``n`` counting
-    the connection's requests; it keeps each request's head and body."""
-
-    def __init__(self, handler):
-        self.handler = handler
-        self.connections = 0
-        self.requests: list[tuple[bytes, bytes]] = []
-        self.server = None
-        self.ssl = None
-
-    async def __aenter__(self):
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.ssl)
-        self.port = self.server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc):
-        self.server.close()
-        await asyncio.sleep(0)
-
-    @property
-    def url(self) -> str:
-        return f"{'https' if self.ssl else 'http'}://{'localhost' if self.ssl else '127.0.0.1'}:{self.port}/v1/chat"
-
-    async def _serve(self, reader, writer):
-        self.connections += 1
-        n = 0
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
-                body = await reader.readexactly(length)
-                self.requests.append((head, body))
-                n += 1
-                if await self.handler(reader, writer, n) is False:
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-
 @pytest.fixture
 async def client():
     transport = Http1Transport()
     yield transport
     await transport.aclose()
-
-
-def answer(body: bytes = b'{"ok":true}', *, headers: str = "", status: str = "200 OK") -> bytes:
-    return f"HTTP/1.1 {status}\r\ncontent-length: {len(body)}\r\n{headers}\r\n".encode() + body
 
 
 async def plain(reader, writer, n):
