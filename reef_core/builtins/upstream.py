@@ -324,24 +324,33 @@ async def _sse_batches(resp: UpstreamResponse) -> AsyncIterator[list[bytes]]:
     Works on raw bytes, splitting events on blank lines: much cheaper than decoding and
     line-splitting text, and orjson parses bytes directly. ``event:``, ``id:``, ``retry:``
     and comments carry nothing the dialects need (every event names its ``type``).
+
+    Linear in the stream's size whatever its shape: each read is scanned once, and the pieces
+    of an unfinished event are joined only when a blank line ends it (re-scanning and
+    re-copying a growing buffer per read is quadratic: an upstream sending one endless event
+    in small reads would hold the event loop for minutes).
     """
-    buffer = b""
+    pending: list[bytes] = []  # the unfinished event, in pieces, line ends already \n
+    carry = b""  # a \r that ended the last read: the start of \r\n or a line end of its own
     async for chunk in resp.chunks():
-        buffer += chunk
-        if b"\r" in buffer:
-            buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        blocks = []
-        while True:
-            end = buffer.find(b"\n\n")
-            if end < 0:
-                break
-            block, buffer = buffer[:end], buffer[end + 2:]
-            data = _data_of(block)
-            if data is not None:
-                blocks.append(data)
-        if blocks:
-            yield blocks
-    data = _data_of(buffer)
+        if carry:
+            chunk, carry = carry + chunk, b""
+        if b"\r" in chunk:
+            if chunk.endswith(b"\r"):
+                chunk, carry = chunk[:-1], b"\r"
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if not chunk:
+            continue
+        if b"\n\n" not in chunk and not (pending and pending[-1].endswith(b"\n") and chunk.startswith(b"\n")):
+            pending.append(chunk)
+            continue
+        pending.append(chunk)
+        *blocks, rest = b"".join(pending).split(b"\n\n")
+        pending = [rest] if rest else []
+        found = [data for data in map(_data_of, blocks) if data is not None]
+        if found:
+            yield found
+    data = _data_of(b"".join(pending) + (b"\n" if carry else b""))
     if data is not None:
         yield [data]
 
