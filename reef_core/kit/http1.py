@@ -9,32 +9,50 @@ against 11 and 39 µs here, the most the proxy spends on any one layer it can re
 What a model-server proxy needs is small: one request with a known-length body, a response
 read whole or as it arrives, keep-alive, connect and between-reads timeouts, TLS, and the
 gzip/deflate encodings. That is what this does; it is not a general HTTP client (no redirects,
-proxies, cookies, ``Expect``, upgrades or ``HEAD``). ``runtime.http_transport: aiohttp`` or
-``httpx`` keeps either library instead.
+proxies, cookies, ``Expect``, upgrades, ``HEAD`` or transfer codings other than ``chunked``).
+``runtime.http_transport: aiohttp`` or ``httpx`` keeps either library instead.
 
 Failures are httpx's exception types, as with the other transports: ``ConnectError``,
 ``ConnectTimeout``, ``PoolTimeout``, ``ReadTimeout``, ``RemoteProtocolError`` (a malformed
-answer, or the server closing mid-answer), ``DecodingError`` and ``ReadError``.
+answer, or the server closing mid-answer), ``DecodingError``, ``ReadError``, and
+:class:`~reef_core.kit.http_body.ResponseTooLarge`.
 
-A request sent on a reused keep-alive connection that the server closes before any byte of an
-answer arrives is sent once more on a new connection. That is the race of a server closing an
-idle connection as the request goes out, which it then does not read. A request on a new
-connection is never sent twice.
+What an upstream can send is bounded: the status line and headers at most
+``MAX_HEADER_BYTES`` (64 KiB) and ``MAX_HEADERS`` (100) fields, the decoded body at most
+``max_response_bytes`` (:mod:`reef_core.kit.http_body`). A connection carries only answers
+that were asked for: any byte that starts a message after an answer ended, or that arrives
+while the connection is idle, retires the connection at once, so bytes an upstream (or
+anything between) sends out of turn can never become the next request's answer. A streamed
+answer its reader stops consuming (reading paused at 1 MiB buffered) times out
+like a silent upstream, after the read timeout, and its connection is closed.
+
+Which requests are sent twice: none that may have reached the upstream's application unless
+the method is idempotent (GET, HEAD, PUT, DELETE, OPTIONS, TRACE; RFC 9110 §9.2.2). Before a
+request goes out on a reused connection, the connection is checked without blocking: if the
+upstream already closed it (its keep-alive timeout) or sent anything, it is dropped and another
+one used, nothing having been sent on it. When a reused connection closes after the request was
+written and before any byte of the answer, an idempotent request is sent once more on a new
+connection; any other (a POST: a generation the upstream may have run and billed) fails with
+``RemoteProtocolError``, never run twice. That leaves one race visible: an upstream closing an
+idle connection while a POST to it is in flight (less than a round trip's window) gives a 502.
+A request on a new connection is never sent twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import select
 import ssl
-import zlib
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 import httptools
 import httpx
 
+from .http1_answer import MAX_HEADER_BYTES, MAX_HEADERS, Answer, Stale
+from .http_body import DEFAULT_MAX_RESPONSE_BYTES
 from .http_transport import _SKIP_HEADERS as _FRAMING_HEADERS
 from .http_transport import UpstreamResponse, handle_with_send
 
@@ -44,11 +62,12 @@ Headers = Sequence[tuple[str, str]]
 # accept-encoding, e.g. httpx's "br, zstd" when those packages are installed, is replaced).
 _SKIP_HEADERS = _FRAMING_HEADERS | {"accept-encoding"}
 _BODILESS = frozenset({"GET", "DELETE", "OPTIONS"})  # no content-length when they carry no body
-_PAUSE_AT = 1 << 20  # buffered body bytes at which a streamed answer stops reading the socket
+_IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"})  # may be sent twice
+_poll = getattr(select, "poll", None)  # not on Windows: there no idle connection is probed
 
 
-class _Stale(Exception):
-    """A reused connection closed before answering: send again on a new one."""
+class _Unasked(Exception):
+    """A message began on a connection with no answer pending."""
 
 
 class _Target:
@@ -77,233 +96,27 @@ def _check_header(name: str, value: str) -> None:
         raise ValueError(f"invalid HTTP header {name!r}")
 
 
-class _Answer:
-    """One response as it arrives: the status and headers, then the body."""
-
-    __slots__ = ("_conn", "_loop", "status", "headers", "_raw", "_buf", "_size", "_done", "_error", "_waiter",
-                 "_ready", "_decoder", "_until_close", "_got_bytes", "_last", "_timer", "_read_s",
-                 "_streaming", "_paused", "_informational")
-
-    def __init__(self, conn: _Conn, loop: asyncio.AbstractEventLoop, read_s: float | None):
-        self._conn = conn
-        self._loop = loop
-        self.status = 0
-        self.headers: dict[str, str] = {}
-        self._raw: list[tuple[bytes, bytes]] = []
-        self._buf: list[bytes] = []
-        self._size = 0
-        self._done = False
-        self._error: BaseException | None = None
-        self._waiter: asyncio.Future | None = None
-        self._ready = loop.create_future()
-        self._decoder: Any = None
-        self._until_close = False
-        self._got_bytes = False
-        self._streaming = False
-        self._paused = False
-        self._informational = False
-        self._read_s = read_s
-        self._last = loop.time()
-        self._timer = loop.call_at(self._last + read_s, self._check_timeout) if read_s else None
-
-    # ---------------------------------------------------------------- from the connection
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._raw.append((name, value))
-
-    def on_headers_complete(self, status: int) -> None:
-        if 100 <= status < 200:
-            if status == 101:
-                self.fail(httpx.RemoteProtocolError("the upstream switched protocols"))
-            self._raw.clear()
-            self._informational = True  # its message-complete is not the answer's
-            return
-        headers: dict[str, str] = {}
-        for name, value in self._raw:
-            key = name.decode("latin-1").lower()
-            text = value.decode("latin-1")
-            headers[key] = f"{headers[key]}, {text}" if key in headers else text
-        self._raw.clear()
-        self.status = status
-        self.headers = headers
-        encoding = headers.get("content-encoding", "identity").strip().lower()
-        if encoding in ("gzip", "x-gzip"):
-            self._decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        elif encoding == "deflate":
-            self._decoder = _Deflate()
-        elif encoding != "identity":
-            self.fail(httpx.RemoteProtocolError(f"unsupported content-encoding {encoding[:40]!r}"))
-            return
-        self._until_close = ("content-length" not in headers and "chunked" not in headers.get("transfer-encoding", "")
-                             and status not in (204, 304))
-        if not self._ready.done():
-            self._ready.set_result(None)
-
-    def on_body(self, data: bytes) -> None:
-        if self._decoder is not None:
-            try:
-                data = self._decoder.decompress(data)
-            except zlib.error as exc:
-                self.fail(httpx.DecodingError(f"the upstream's body does not decode ({exc})"))
-                return
-            if not data:
-                return
-        self._buf.append(data)
-        self._size += len(data)
-        if self._streaming:
-            if self._size >= _PAUSE_AT and not self._paused:
-                self._paused = True
-                self._conn.pause()
-            self._wake()
-
-    def on_message_complete(self) -> bool:
-        """The answer is whole; True when its connection may carry another request."""
-        if self._informational:
-            self._informational = False
-            return False
-        if self._decoder is not None:
-            try:
-                tail = self._decoder.flush()
-            except zlib.error as exc:
-                self.fail(httpx.DecodingError(f"the upstream's body does not decode ({exc})"))
-                return False
-            if tail:
-                self._buf.append(tail)
-        self._finish()
-        return True
-
-    def data_arrived(self) -> None:
-        self._got_bytes = True
-        self._last = self._loop.time()
-
-    def connection_lost(self, exc: BaseException | None, reused: bool) -> None:
-        if self._done:
-            return
-        if self._until_close and exc is None and self._ready.done():
-            self.on_message_complete()
-        elif not self._got_bytes and reused:
-            self.fail(_Stale())
-        elif isinstance(exc, OSError):
-            self.fail(httpx.ReadError(str(exc) or type(exc).__name__))
-        else:
-            self.fail(httpx.RemoteProtocolError("the upstream closed the connection mid-response"
-                                                if self._got_bytes else "the upstream closed the connection "
-                                                "without answering"))
-
-    def fail(self, error: BaseException) -> None:
-        if self._done:
-            return
-        self._error = error
-        self._finish()
-        self._conn.discard()
-        if not self._ready.done():
-            self._ready.set_exception(error)
-            self._ready.exception()  # retrieved: a caller may be gone
-
-    # ---------------------------------------------------------------- internals
-
-    def _finish(self) -> None:
-        self._done = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._wake()
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def _check_timeout(self) -> None:
-        self._timer = None
-        if self._done or self._read_s is None:
-            return
-        now = self._loop.time()
-        if self._paused or now - self._last < self._read_s:
-            self._timer = self._loop.call_at((now if self._paused else self._last) + self._read_s, self._check_timeout)
-            return
-        self.fail(httpx.ReadTimeout("timed out waiting for the upstream"))
-
-    async def _wait(self) -> None:
-        self._waiter = self._loop.create_future()
-        try:
-            await self._waiter
-        finally:
-            self._waiter = None
-
-    # ---------------------------------------------------------------- for the caller
-
-    async def read(self) -> bytes:
-        while not self._done:
-            await self._wait()
-        if self._error is not None:
-            raise self._error
-        data = b"".join(self._buf) if len(self._buf) != 1 else self._buf[0]
-        self._buf = []
-        return data
-
-    async def chunks(self) -> AsyncIterator[bytes]:
-        self._streaming = True
-        while True:
-            if self._buf:
-                data = b"".join(self._buf) if len(self._buf) != 1 else self._buf[0]
-                self._buf = []
-                self._size = 0
-                if self._paused:
-                    self._paused = False
-                    self._last = self._loop.time()
-                    self._conn.resume()
-                yield data
-                continue
-            if self._error is not None:
-                raise self._error
-            if self._done:
-                return
-            await self._wait()
-
-    async def aclose(self) -> None:
-        if not self._done:
-            self.fail(httpx.ReadError("the response was closed before it was read"))
-
-
-class _Deflate:
-    """``deflate`` as servers send it: zlib-wrapped per the RFC, or raw as some do."""
-
-    __slots__ = ("_d", "_first")
-
-    def __init__(self):
-        self._d = zlib.decompressobj(zlib.MAX_WBITS)
-        self._first = True
-
-    def decompress(self, data: bytes) -> bytes:
-        if self._first:
-            self._first = False
-            try:
-                return self._d.decompress(data)
-            except zlib.error:
-                self._d = zlib.decompressobj(-zlib.MAX_WBITS)
-        return self._d.decompress(data)
-
-    def flush(self) -> bytes:
-        return self._d.flush()
-
-
 class _Conn(asyncio.Protocol):
-    """One keep-alive connection; it carries one answer at a time."""
+    """One keep-alive connection; it carries one answer at a time, and only answers asked for."""
 
     def __init__(self, pool: Http1Transport, key: tuple):
         self.pool = pool
         self.key = key
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
-        self.answer: _Answer | None = None
+        self.answer: Answer | None = None
         self.lost = False
         self.reused = False
         self.idle_since = 0.0
+        self._poll: Any = None
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None and _poll is not None:
+            self._poll = _poll()
+            self._poll.register(sock.fileno(), select.POLLIN)
 
     def data_received(self, data: bytes) -> None:
         answer = self.answer
@@ -311,15 +124,26 @@ class _Conn(asyncio.Protocol):
             self.discard()
             return
         answer.data_arrived()
+        if not answer.headed:
+            answer.head_room -= len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
             cause = exc.__context__ or exc
             answer.fail(httpx.RemoteProtocolError(f"the upstream's answer could not be read ({cause})"))
             self.discard()  # e.g. bytes past the answer's end: the parser's state is unknown
+            return
         except httptools.HttpParserError as exc:
             answer.fail(httpx.RemoteProtocolError(f"the upstream sent a malformed answer ({exc})"))
             self.discard()
+            return
+        if self.answer is None:
+            # The answer ended in this read, and nothing after it began another message (that
+            # raises in on_message_begin): only now may the connection carry the next request.
+            if not self.lost:
+                self.pool._release(self)
+        elif answer.head_room < 0 and not answer.headed:
+            answer.head_too_large()
 
     def eof_received(self) -> bool:
         return False  # close the transport; connection_lost settles the answer
@@ -332,6 +156,10 @@ class _Conn(asyncio.Protocol):
         self.pool._lost(self)
 
     # httptools callbacks
+    def on_message_begin(self) -> None:
+        if self.answer is None:
+            raise _Unasked("the upstream sent a message after its answer had ended")
+
     def on_header(self, name: bytes, value: bytes) -> None:
         self.answer.on_header(name, value)
 
@@ -344,14 +172,17 @@ class _Conn(asyncio.Protocol):
     def on_message_complete(self) -> None:
         answer = self.answer
         if answer.on_message_complete() and self.answer is answer:
-            self.answer = None
-            if self.parser.should_keep_alive() and not self.lost:
-                self.pool._release(self)
-            else:
+            self.answer = None  # released by data_received once the whole read is parsed
+            if not self.parser.should_keep_alive():
                 self.discard()
 
     # for the pool and the answer
-    def send(self, data: bytes, answer: _Answer) -> None:
+    def has_input(self) -> bool:
+        """Whether bytes or the upstream's close wait unread: on an idle connection, either
+        means it can carry no request (one syscall, no blocking)."""
+        return self._poll is not None and bool(self._poll.poll(0))
+
+    def send(self, data: bytes, answer: Answer) -> None:
         self.answer = answer
         self.transport.write(data)
 
@@ -391,10 +222,13 @@ class Http1Transport(httpx.AsyncBaseTransport):
     concurrency)."""
 
     def __init__(self, *, max_connections: int = 256, keepalive_s: float = 30.0,
-                 ssl_context: ssl.SSLContext | None = None):
+                 ssl_context: ssl.SSLContext | None = None,
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES):
         """``ssl_context`` verifies ``https`` upstreams; by default the system's CAs
-        (``ssl.create_default_context()``)."""
+        (``ssl.create_default_context()``). An answer whose decoded body passes
+        ``max_response_bytes`` fails with ``ResponseTooLarge``."""
         self.max_connections = max_connections
+        self.max_response_bytes = max_response_bytes
         self.keepalive_s = keepalive_s
         self._idle: dict[tuple, list[_Conn]] = {}
         self._open = 0  # connections open or opening
@@ -454,12 +288,16 @@ class Http1Transport(httpx.AsyncBaseTransport):
             self._adopt(loop)
         for attempt in (0, 1):
             conn = await self._acquire(target, t.get("connect"), t.get("pool"), fresh=attempt > 0)
-            answer = _Answer(conn, loop, t.get("read"))
+            answer = Answer(conn, loop, t.get("read"), self.max_response_bytes)
             conn.send(data, answer)
             try:
-                await answer._ready
-            except _Stale:
-                continue
+                await answer.ready
+            except Stale:
+                if method in _IDEMPOTENT:
+                    continue
+                raise httpx.RemoteProtocolError(
+                    f"the upstream closed a reused connection without answering; a {method} is not "
+                    "sent twice (the upstream may have run it)") from None
             except asyncio.CancelledError:
                 answer.fail(httpx.ReadError("cancelled"))
                 raise
@@ -499,8 +337,8 @@ class Http1Transport(httpx.AsyncBaseTransport):
             now = loop.time()
             while idle and not fresh:
                 conn = idle.pop()
-                if conn.lost or now - conn.idle_since > self.keepalive_s:
-                    conn.discard()
+                if conn.lost or now - conn.idle_since > self.keepalive_s or conn.has_input():
+                    conn.discard()  # gone, too old, or closed (or written to) by the upstream meanwhile
                     continue
                 conn.reused = True
                 return conn
@@ -579,4 +417,4 @@ class Http1Transport(httpx.AsyncBaseTransport):
         await asyncio.sleep(0)
 
 
-__all__ = ["Http1Transport"]
+__all__ = ["MAX_HEADERS", "MAX_HEADER_BYTES", "Http1Transport"]

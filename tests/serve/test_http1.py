@@ -87,15 +87,15 @@ async def test_an_informational_answer_before_the_real_one(client):
         assert got.status == 200 and "link" not in got.headers and await got.read() == b"real"
 
 
-async def test_a_kept_alive_connection_closed_before_answering_is_sent_again_on_a_new_one(client):
+async def test_an_idempotent_request_on_a_kept_alive_connection_closed_before_answering_is_sent_again(client):
     async def closes_second(reader, writer, n):
         if len(server.requests) == 2:
-            return False  # the idle-timeout race: the request arrives as the server closes
+            return False  # as in the idle-timeout race: the request arrives as the server closes
         writer.write(answer(b"ok"))
 
     async with Scripted(closes_second) as server:
         for _ in range(3):
-            got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+            got = await client.send("GET", server.url, HEADERS, None, TIMEOUT)
             assert await got.read() == b"ok"
         assert server.connections == 2 and len(server.requests) == 4  # the second was sent twice
 
