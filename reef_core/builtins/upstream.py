@@ -12,6 +12,8 @@ error status from the upstream is ``RuntimeCallError`` with that status and the 
 message; a stream that ends without its terminal event (``data: [DONE]`` / ``message_stop``)
 raises, so the server records it as incomplete. An error event inside a stream raises after
 the events that arrived before it were yielded, so the partial answer reaches the client.
+An answer whose decoded body passes ``max_response_bytes`` (64 MiB by default; streamed or
+not, the record keeps all of it) is a 502 that names the setting.
 
 The upstream's address never appears in an error: error messages reach clients and records
 (which any valid token may read), so they say "the upstream model server is unreachable"
@@ -41,6 +43,7 @@ from ..contracts import Runtime
 from ..errors import RuntimeCallError, RuntimeUnavailable
 from ..hookspecs import hookimpl
 from ..kit import jsonfast
+from ..kit.http_body import DEFAULT_MAX_RESPONSE_BYTES, ResponseTooLarge
 from ..kit.http_transport import UpstreamResponse
 from ..kit.tls import client_ssl_context
 from ..kit.urls import basic_auth, redact_url, split_url_credentials
@@ -90,7 +93,8 @@ class UpstreamRuntime(Runtime):
                  default_max_tokens: int = 4096, http_transport: str = "auto",
                  upstream_ca_bundle: str | None = None, upstream_client_cert: str | None = None,
                  upstream_client_key: str | None = None, upstream_client_key_password: str | None = None,
-                 upstream_verify: bool = True):
+                 upstream_verify: bool = True,
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES):
         if dialect not in _PATHS:
             raise ValueError(f"runtime.dialect must be 'openai' or 'anthropic', not {dialect!r}")
         credentials = None
@@ -104,6 +108,9 @@ class UpstreamRuntime(Runtime):
             if credentials and api_key:
                 raise ValueError("runtime.upstream_url carries credentials (user:password@) and runtime.api_key "
                                  "is set too; use one of them (URL credentials are sent as HTTP Basic auth)")
+        if isinstance(max_response_bytes, bool) or not isinstance(max_response_bytes, int) or max_response_bytes < 1:
+            raise ValueError(f"runtime.max_response_bytes must be a positive number of bytes, not {max_response_bytes!r}")
+        self.max_response_bytes = max_response_bytes
         if http_transport not in ("auto", "http1", "aiohttp", "httpx"):
             raise ValueError(f"runtime.http_transport must be auto, http1, aiohttp or httpx, not {http_transport!r}")
         from ..kit import http_transport as transports
@@ -161,16 +168,18 @@ class UpstreamRuntime(Runtime):
             from ..kit.http1 import Http1Transport
 
             self._transport = Http1Transport(max_connections=self.limits.max_connections or 256,
-                                             ssl_context=self.ssl_context)
+                                             ssl_context=self.ssl_context,
+                                             max_response_bytes=self.max_response_bytes)
         elif self.http_transport == "aiohttp":
             from ..kit.http_transport import AiohttpTransport
 
             self._transport = AiohttpTransport(max_connections=self.limits.max_connections or 256,
-                                               ssl_context=self.ssl_context)
+                                               ssl_context=self.ssl_context,
+                                               max_response_bytes=self.max_response_bytes)
         else:
             from ..kit.http_transport import httpx_transport
 
-            self._transport = httpx_transport(self.limits, ssl_context=self.ssl_context)
+            self._transport = httpx_transport(self.limits, self.max_response_bytes, ssl_context=self.ssl_context)
 
     def _warn_about_tls(self) -> None:
         """Never silently: TLS options that do nothing, or a certificate nobody checks."""
@@ -218,10 +227,17 @@ class UpstreamRuntime(Runtime):
         log.warning("upstream %s %s: %s: %s", self.where, what, type(exc).__name__, exc)
         return RuntimeUnavailable(f"the upstream model server {what} ({type(exc).__name__})")
 
+    def _too_large(self, exc: ResponseTooLarge) -> RuntimeCallError:
+        log.warning("upstream %s answered more than runtime.max_response_bytes (%d)", self.where, exc.limit)
+        return RuntimeCallError(f"the upstream model server's answer is larger than runtime.max_response_bytes "
+                                f"({exc.limit} bytes decoded); it was dropped", status=502)
+
     async def _send(self, body: dict[str, Any], headers: list[tuple[str, str]]) -> UpstreamResponse:
         content = self._request(body)
         try:
             return await self._transport.send("POST", self._url, headers, content, self._timeout_ext)
+        except ResponseTooLarge as exc:
+            raise self._too_large(exc) from None
         except httpx.TimeoutException as exc:
             raise self._unavailable("timed out", exc) from None
         except httpx.HTTPError as exc:
@@ -231,6 +247,8 @@ class UpstreamRuntime(Runtime):
         resp = await self._send(call.body, self._headers)
         try:
             content = await resp.read()
+        except ResponseTooLarge as exc:
+            raise self._too_large(exc) from None
         except httpx.TimeoutException as exc:
             raise self._unavailable("timed out", exc) from None
         except httpx.HTTPError as exc:
@@ -292,6 +310,8 @@ class UpstreamRuntime(Runtime):
                     yield batch
             if not terminal:
                 raise RuntimeCallError("upstream stream ended before its final event", status=502)
+        except ResponseTooLarge as exc:
+            raise self._too_large(exc) from None
         except httpx.TimeoutException as exc:
             log.warning("upstream %s stream timed out: %s: %s", self.where, type(exc).__name__, exc)
             raise RuntimeCallError(f"upstream stream timed out ({type(exc).__name__})", status=504) from None

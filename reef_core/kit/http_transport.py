@@ -12,6 +12,12 @@ the body, whole or as it arrives. :func:`httpx_transport` gives the same interfa
 httpx's own transport. Either way, failures are httpx's exception types, so callers see
 one error vocabulary whichever transport runs. ``AiohttpTransport`` is also an
 ``httpx.AsyncBaseTransport`` for code that wants an ``httpx.AsyncClient`` on aiohttp's pool.
+
+Every transport decodes the body itself, with :class:`~reef_core.kit.http_body.BodyReader`: the
+libraries' own decoders inflate a network read whole (a gzip bomb's 1 MB becomes 1 GiB), so
+aiohttp's ``auto_decompress`` is off and httpx's raw body is read; the decoded body is capped at
+``max_response_bytes`` the same way on all three. The head of an answer is capped by the
+libraries' parsers (aiohttp: 8190 bytes a line; httpx's h11: 16 KiB in all).
 """
 
 from __future__ import annotations
@@ -24,7 +30,10 @@ from typing import Any
 
 import httpx
 
+from .http_body import DEFAULT_MAX_RESPONSE_BYTES, BodyReader
+
 _SKIP_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+_ACCEPT_ENCODING = ("accept-encoding", "gzip, deflate")
 
 Headers = Sequence[tuple[str, str]]
 
@@ -74,21 +83,32 @@ def _read_error(exc: BaseException) -> httpx.HTTPError:
     return httpx.ReadError(str(exc) or type(exc).__name__)
 
 
-def _aiohttp_response(response: Any) -> UpstreamResponse:
+def _aiohttp_response(response: Any, limit: int) -> UpstreamResponse:
     read_errors = (asyncio.TimeoutError, _aiohttp().ClientError)
-
-    async def read() -> bytes:
-        try:
-            return await response.read()
-        except read_errors as exc:
-            raise _read_error(exc) from None
+    try:
+        body = BodyReader(response.headers.get("content-encoding"), limit, response.headers.get("content-length"))
+    except httpx.HTTPError:
+        response.close()
+        raise
 
     async def chunks() -> AsyncIterator[bytes]:
         try:
             async for chunk in response.content.iter_any():
-                yield chunk
+                data = body.feed(chunk)
+                if data:
+                    yield data
+            tail = body.end()
         except read_errors as exc:
+            response.close()
             raise _read_error(exc) from None
+        except httpx.HTTPError:
+            response.close()
+            raise
+        if tail:
+            yield tail
+
+    async def read() -> bytes:
+        return b"".join([chunk async for chunk in chunks()])
 
     async def close() -> None:
         response.release()
@@ -123,10 +143,12 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     own (the system's CAs)."""
 
     def __init__(self, *, max_connections: int = 256, keepalive_s: float = 30.0,
-                 ssl_context: ssl.SSLContext | None = None):
+                 ssl_context: ssl.SSLContext | None = None,
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES):
         if not available():
             raise RuntimeError("aiohttp is not installed")
         self.max_connections = max_connections
+        self.max_response_bytes = max_response_bytes
         self.keepalive_s = keepalive_s
         self.ssl_context = ssl_context
         self._session: Any = None
@@ -138,7 +160,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0,
                                              keepalive_timeout=self.keepalive_s, ttl_dns_cache=60,
                                              ssl=self.ssl_context if self.ssl_context is not None else True)
-            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=True,
+            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
                                                   skip_auto_headers=("User-Agent",))
         return self._session
 
@@ -156,6 +178,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         """Send one request; the response's body is not read yet. ``timeout`` takes httpx's
         names (``connect``, ``read``, ``pool``; seconds or None)."""
         aiohttp = _aiohttp()
+        # only the encodings BodyReader decodes (aiohttp would add br when brotli is installed)
+        headers = [(k, v) for k, v in headers if k.lower() != "accept-encoding"] + [_ACCEPT_ENCODING]
         try:
             response = await self._get_session().request(method, url, data=body or None, headers=headers,
                                                           timeout=self._timeout(timeout), allow_redirects=False)
@@ -168,7 +192,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             raise httpx.ConnectError(str(exc)) from None
         except aiohttp.ClientError as exc:
             raise httpx.RemoteProtocolError(str(exc) or type(exc).__name__) from None
-        return _aiohttp_response(response)
+        return _aiohttp_response(response, self.max_response_bytes)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """The ``httpx.AsyncBaseTransport`` interface, over :meth:`send`."""
@@ -216,26 +240,58 @@ class _Body(httpx.AsyncByteStream):
 class HttpxSender:
     """:meth:`AiohttpTransport.send`'s interface over any ``httpx.AsyncBaseTransport``."""
 
-    def __init__(self, transport: httpx.AsyncBaseTransport):
+    def __init__(self, transport: httpx.AsyncBaseTransport, max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES):
         self.transport = transport
+        self.max_response_bytes = max_response_bytes
 
     async def send(self, method: str, url: str, headers: Headers, body: bytes | None = None,
                    timeout: Mapping[str, float | None] | None = None) -> UpstreamResponse:
         request = httpx.Request(method, url, headers=list(headers), content=body,
                                 extensions={"timeout": dict(timeout or {})})
         response = await self.transport.handle_async_request(request)
-        return UpstreamResponse(response.status_code, {k.lower(): v for k, v in response.headers.items()},
-                                response.aread, response.aiter_bytes, response.aclose)
+        headers = {k.lower(): v for k, v in response.headers.items()}
+        # httpx's decoders are unbounded: the raw body is decoded here. A transport that read
+        # the body already (httpx.MockTransport) left it decoded: then it is only counted.
+        read_already = response.is_stream_consumed
+        try:
+            reader = BodyReader(None if read_already else headers.get("content-encoding"), self.max_response_bytes,
+                                None if read_already else headers.get("content-length"))
+        except httpx.HTTPError:
+            await response.aclose()
+            raise
+
+        async def raw_chunks() -> AsyncIterator[bytes]:
+            if read_already:
+                yield response.content
+            else:
+                async for raw in response.aiter_raw():
+                    yield raw
+
+        async def chunks() -> AsyncIterator[bytes]:
+            async for raw in raw_chunks():
+                data = reader.feed(raw)
+                if data:
+                    yield data
+            tail = reader.end()
+            if tail:
+                yield tail
+
+        async def read() -> bytes:
+            return b"".join([chunk async for chunk in chunks()])
+
+        return UpstreamResponse(response.status_code, headers, read, chunks, response.aclose)
 
     async def aclose(self) -> None:
         await self.transport.aclose()
 
 
-def httpx_transport(limits: httpx.Limits | None = None, ssl_context: ssl.SSLContext | None = None) -> HttpxSender:
+def httpx_transport(limits: httpx.Limits | None = None,
+                    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+                    ssl_context: ssl.SSLContext | None = None) -> HttpxSender:
     """httpx's own pooled transport behind :meth:`AiohttpTransport.send`'s interface;
     ``ssl_context`` verifies ``https`` upstreams (by default httpx's: certifi's CAs)."""
     verify: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
-    return HttpxSender(httpx.AsyncHTTPTransport(limits=limits or httpx.Limits(), verify=verify))
+    return HttpxSender(httpx.AsyncHTTPTransport(limits=limits or httpx.Limits(), verify=verify), max_response_bytes)
 
 
 __all__ = ["AiohttpTransport", "HttpxSender", "UpstreamResponse", "available", "httpx_transport"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from scripted import Scripted, ThreadedScript, answer, gzip_bomb
 
 from reef_core.builtins.upstream import UpstreamRuntime
 from reef_core.errors import RuntimeCallError, RuntimeUnavailable
@@ -52,6 +53,41 @@ async def test_runtime_not_configured_is_clear():
     assert err.value.status == 503
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_an_answer_past_max_response_bytes_is_a_502_naming_it_on_each_transport(transport, stream):
+    bomb = gzip_bomb(256)  # about 256 KB that inflates to 256 MiB
+
+    async def bombing(reader, writer, n):
+        kind = "text/event-stream" if stream else "application/json"
+        writer.write(answer(bomb, headers=f"content-type: {kind}\r\ncontent-encoding: gzip\r\n"))
+
+    async with Scripted(bombing) as server:
+        rt = UpstreamRuntime(upstream_url=f"http://127.0.0.1:{server.port}/v1", http_transport=transport,
+                             max_response_bytes=1 << 20)
+        await rt.start()
+        try:
+            with pytest.raises(RuntimeCallError, match=r"runtime\.max_response_bytes \(1048576 bytes") as err:
+                if stream:
+                    async for _ in rt.stream(InferenceCall("s", "r", {**BODY, "stream": True})):
+                        pass
+                else:
+                    await rt.complete(InferenceCall("s", "r", BODY))
+            assert err.value.status == 502
+        finally:
+            await rt.aclose()
+
+
+def test_the_client_of_a_too_large_answer_gets_a_502_naming_the_limit(tmp_path):
+    def large(sock, n):
+        sock.sendall(answer(b'{"id":"x","choices":[],"pad":"' + b"a" * 8192 + b'"}'))
+
+    with ThreadedScript(large) as up, ReefServer(tmp_path, upstream=up.url.rsplit("/v1", 1)[0] + "/v1",
+                                                 overrides=["runtime.max_response_bytes=4096"]) as reef:
+        r = reef.client().post("/v1/chat/completions", json=BODY)
+        assert r.status_code == 502 and "runtime.max_response_bytes" in r.json()["error"]["message"]
+
+
 def test_runtime_rejects_bad_options():
     with pytest.raises(ValueError, match="dialect"):
         UpstreamRuntime(upstream_url="http://x", dialect="cohere")
@@ -59,6 +95,9 @@ def test_runtime_rejects_bad_options():
         UpstreamRuntime(upstream_url="ftp://x")
     with pytest.raises(ValueError, match="http_transport"):
         UpstreamRuntime(upstream_url="http://x", http_transport="curl")
+    for bad in (0, -1, "64MiB", True):
+        with pytest.raises(ValueError, match="max_response_bytes"):
+            UpstreamRuntime(upstream_url="http://x", max_response_bytes=bad)
 
 
 def test_model_override_and_map(tmp_path):
