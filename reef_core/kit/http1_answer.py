@@ -146,6 +146,9 @@ class Answer:
             return False
         if tail:
             self._buf.append(tail)
+        if self._paused:  # whole while its reader lags: the connection goes on to other requests
+            self._paused = False
+            self._conn.resume()
         self._finish()
         return True
 

@@ -353,3 +353,29 @@ async def test_a_stream_nobody_reads_times_out_and_frees_its_connection():
         finally:
             await stream.aclose()
             await client.aclose()
+
+
+async def test_an_answer_that_ends_as_its_reading_pauses_leaves_its_connection_reading():
+    async def then_a_megabyte(reader, writer, n):
+        if len(server.requests) == 1:
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\nfirst" % (5 + (1 << 20)))
+            await writer.drain()
+            await asyncio.sleep(0.1)
+            writer.write(b"y" * (1 << 20))  # the pause threshold is reached with the answer's last byte
+        else:
+            writer.write(answer(b"second"))
+
+    client = Http1Transport(max_connections=1)
+    async with Scripted(then_a_megabyte) as server:
+        got = await client.send("POST", server.url, HEADERS, b"{}", TIMEOUT)
+        stream = got.chunks()
+        try:
+            assert await stream.__anext__() == b"first"
+            await asyncio.sleep(0.2)  # its reader takes nothing more: the answer ends, buffered
+            second = await client.send("POST", server.url, HEADERS, b"{}", {"connect": 5, "read": 2, "pool": 5})
+            assert await second.read() == b"second"  # the kept-alive connection was not left paused
+            assert server.connections == 1
+            assert len(b"".join([chunk async for chunk in stream])) == 1 << 20
+        finally:
+            await stream.aclose()
+            await client.aclose()
