@@ -13,7 +13,6 @@ import hashlib
 import logging
 import os
 import shutil
-import signal
 import tempfile
 import threading
 import uuid
@@ -34,14 +33,11 @@ from .artifacts import (
     copy_artifact,
     describe,
 )
+from .faults import fault_point
 from .harness import check_harness
 from .release_checks import Refusals, check_publishable, check_served, trusted_history
 
 log = logging.getLogger("reef.commit")
-
-#: test hook: "kill" makes the process SIGKILL itself right after the store's CAS succeeded,
-#: before the database row is written (the crash window ``reconcile`` repairs)
-FAULT_ENV = "REEF_FAULT_AFTER_GIT_PUBLISH"
 
 #: materialized release directories kept per scenario (older ones are pruned)
 KEEP_MATERIALIZED = 4
@@ -119,8 +115,7 @@ class ReleaseChain:
         check_publishable(scenario, manifest)
         stored = self.artifacts.publish(scenario, Path(artifact_dir), manifest,
                                         expected_head=parent.git_commit if parent else None)
-        if os.environ.get(FAULT_ENV) == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
+        fault_point("git_published")
         return stored
 
     def rollback(self, scenario: str, target: str, *, expected_head: str | None = None) -> StoredRelease | None:
@@ -166,8 +161,10 @@ class ReleaseChain:
                     f"in the artifact store ({stored.release_id}); restore the database or the store"
                 ) from None
             return existing
+        fault_point("release_recorded")
         if stored.candidate_id and self.records.get_candidate(stored.candidate_id) is not None:
             self.records.update_candidate(stored.candidate_id, status="published", release_id=stored.release_id)
+            fault_point("candidate_published")
         return row
 
     # ------------------------------------------------------------------ recovery

@@ -34,6 +34,7 @@ from ..store import RecordStore, Release
 from ..types import ActiveRelease
 from .artifacts import StoredRelease
 from .chain import BASE, ReleaseChain
+from .faults import fault_point
 from .harness import HarnessCache
 from .release_checks import Refusal, ReleaseRefused
 
@@ -138,6 +139,7 @@ class ServingReleases:
         """Serve a release just published in the artifact store, then record it in the
         database (the order crash recovery relies on) and announce it."""
         swapped = await self._swap(stored)
+        fault_point("served")
         row = await asyncio.to_thread(self.chain.record, stored)
         if swapped:
             self._on_published(row)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..commit.chain import stage_candidate
+from ..commit.faults import fault_point
 from ..commit.gate import run_gate
 from ..errors import ConflictError, PublishConflict, ReefError
 from ..observe import Batch, eligible
@@ -144,6 +145,7 @@ async def _step(reef: Reef, plan: ScenarioPlan, trigger: str, progress: Any, res
     except ConflictError as exc:
         result.reason = f"the batch was taken by another worker meanwhile ({exc}); nothing done"
         return
+    fault_point("consumed")
     result.candidate_id = cid
     row = CandidateRow(id=cid, scenario=scenario, recipe=recipe_name, lease_token=lease.token if lease else None)
     scratch_root = reef.state_dir / "scratch"
@@ -159,6 +161,7 @@ async def _step(reef: Reef, plan: ScenarioPlan, trigger: str, progress: Any, res
             return
         evaluation, decision = await _evaluate(reef, plan, candidate, head, current, row, progress, result)
         if decision.outcome == "select":
+            fault_point("selected")
             await _publish(reef, candidate, head, evaluation, decision, result, lease)
     except Exception as exc:  # whatever broke, the candidate says so and nothing is published
         reason = f"growth step failed: {type(exc).__name__}: {exc}"
@@ -215,6 +218,7 @@ async def _propose(reef: Reef, plan: ScenarioPlan, batch: Batch, current: Any, r
                     "records": len(batch.record_ids), "reports": len(batch.report_ids)}
     row.status = "evaluating"
     await asyncio.to_thread(store.add_candidate, row)
+    fault_point("evaluating")
     return proposed
 
 
@@ -249,6 +253,7 @@ async def _publish(reef: Reef, candidate: Candidate, head: Any, evaluation: Eval
                    decision: Decision, result: StepResult, lease: Holding | None) -> None:
     def publish() -> Any:
         def cas() -> Any:
+            fault_point("fenced")
             return reef.releases.chain.publish(candidate.scenario, candidate.artifact_dir,
                                                expected_head=head.release_id if head else None, operation="train",
                                                candidate_id=candidate.id, evaluation=summarize(evaluation, decision))

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 
+from reef_core.commit.faults import FAULT_ENV
 from reef_core.compose import build_reef
 from reef_core.kernel import Reef
 from reef_core.plugins import get_plugins
@@ -47,9 +48,9 @@ def _seed(store: RecordStore, feedback: str, *, scenario: str = "default", score
 def _reef_cli(tmp_path, *args: str, fault: bool = False) -> subprocess.CompletedProcess:
     cfg = write_config(tmp_path / "cli.yaml", feedback_rules_config(batch_size=1, loop_enabled=False,
                                                                    evaluator={"name": "always"}))
-    env = {k: v for k, v in os.environ.items() if k != "REEF_FAULT_AFTER_GIT_PUBLISH"}
+    env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
     if fault:
-        env["REEF_FAULT_AFTER_GIT_PUBLISH"] = "kill"
+        env[FAULT_ENV] = "git_published"
     return subprocess.run([sys.executable, "-m", "reef_core", *args, "-c", str(cfg),
                            f"server.state_dir={tmp_path / 'state'}", f"runtime.upstream_url={Down.url}"],
                           capture_output=True, text=True, env=env, timeout=120)
@@ -234,9 +235,9 @@ def _serve(tmp_path, upstream_url: str, *, fault: bool) -> tuple[subprocess.Pope
 
     cfg = write_config(tmp_path / "serve.yaml", feedback_rules_config(batch_size=1, evaluator={"name": "always"}))
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if k != "REEF_FAULT_AFTER_GIT_PUBLISH"}
+    env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
     if fault:
-        env["REEF_FAULT_AFTER_GIT_PUBLISH"] = "kill"
+        env[FAULT_ENV] = "git_published"
     log_path = tmp_path / f"serve-{port}.log"
     log = log_path.open("w")  # a file, not a pipe: a chatty server must never block on a full pipe
     proc = subprocess.Popen([sys.executable, "-m", "reef_core", "serve", "-c", str(cfg), f"server.port={port}",
