@@ -81,6 +81,21 @@ def test_consumption_is_exclusive_and_atomic(store_url):
     assert store.counts("s")["consumed_records"] == 2
 
 
+def test_a_candidate_and_its_batch_are_stored_together_or_not_at_all(store_url):
+    """A process killed after ``consume`` leaves a candidate that holds the batch, never a
+    batch held by no candidate (the next growth lease holder settles candidates)."""
+    store = RecordStore(store_url)
+    store.add_records([Record(id=i, scenario="s") for i in ("a", "b")])
+    store.consume("c1", "s", record_ids=["a"], candidate=CandidateRow(id="c1", scenario="s", recipe="r",
+                                                                     base_release_id="rel0", lease_token=7))
+    row = store.get_candidate("c1")
+    assert (row.status, row.base_release_id, row.lease_token) == ("proposed", "rel0", 7)
+    assert store.experience_of("c1")["records"] == {"held": 1}
+    with pytest.raises(ConflictError, match="a"):
+        store.consume("c2", "s", record_ids=["b", "a"], candidate=CandidateRow(id="c2", scenario="s", recipe="r"))
+    assert store.get_candidate("c2") is None and store.consumed(["b"]) == set()
+
+
 def test_candidates_and_releases(store_url):
     store = RecordStore(store_url)
     store.add_candidate(CandidateRow(id="c1", scenario="s", recipe="r"))

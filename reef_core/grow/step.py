@@ -2,8 +2,9 @@
 
 1. Observe: the eligible experience (the pool under the scenario's ``PoolRule``, the
    recipe's and config's filters).
-2. Consume the batch under a fresh candidate id (all or nothing), so no record trains two
-   candidates at the same time — not in two workers, not across a restart.
+2. Consume the batch under a fresh candidate (all or nothing, the candidate's row in the same
+   transaction), so no record trains two candidates at the same time — not in two workers,
+   not across a restart.
 3. Grow: ``recipe.propose(batch, current, ctx)`` in a thread. If it raises, the
    consumption is released (the experience trained nothing); if it returns None the batch
    stays consumed (it taught nothing and must not re-trigger forever).
@@ -139,22 +140,22 @@ async def _step(reef: Reef, plan: ScenarioPlan, trigger: str, progress: Any, res
     batch = Batch(scenario, items[:size] if size > 0 else items)
 
     cid = new_id("cand")
-    try:
+    head = await asyncio.to_thread(releases.chain.head, scenario)
+    row = CandidateRow(id=cid, scenario=scenario, recipe=recipe_name, lease_token=lease.token if lease else None,
+                       base_release_id=head.release_id if head else None, status="proposed")
+    try:  # the batch and the candidate holding it: one transaction
         await asyncio.to_thread(store.consume, cid, scenario, record_ids=batch.record_ids,
-                                report_ids=batch.report_ids)
+                                report_ids=batch.report_ids, candidate=row)
     except ConflictError as exc:
         result.reason = f"the batch was taken by another worker meanwhile ({exc}); nothing done"
         return
     fault_point("consumed")
     result.candidate_id = cid
-    row = CandidateRow(id=cid, scenario=scenario, recipe=recipe_name, lease_token=lease.token if lease else None)
     scratch_root = reef.state_dir / "scratch"
     scratch_root.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f"{cid}-", dir=scratch_root))
     staged_dir = reef.state_dir / "candidates" / cid
     try:
-        head = await asyncio.to_thread(releases.chain.head, scenario)
-        row.base_release_id = head.release_id if head else None
         current = await releases.current(scenario, head)
         candidate = await _propose(reef, plan, batch, current, row, scratch, staged_dir, progress, result)
         if candidate is None:
@@ -217,7 +218,8 @@ async def _propose(reef: Reef, plan: ScenarioPlan, batch: Batch, current: Any, r
     row.artifact = {"content_hash": chash, "metadata": proposed.metadata,
                     "records": len(batch.record_ids), "reports": len(batch.report_ids)}
     row.status = "evaluating"
-    await asyncio.to_thread(store.add_candidate, row)
+    await asyncio.to_thread(store.update_candidate, row.id, summary=row.summary, artifact=row.artifact,
+                            status=row.status)
     fault_point("evaluating")
     return proposed
 
@@ -295,7 +297,8 @@ async def _publish(reef: Reef, candidate: Candidate, head: Any, evaluation: Eval
 
 async def _finish(store: Any, row: CandidateRow, *, status: str, reason: str, result: StepResult,
                   decision: str | None = None, outcome: str = "error") -> None:
-    """Record a candidate that ends before a verdict (it was never stored)."""
+    """Record how a candidate ends before a verdict (it was stored as ``proposed``)."""
     row.status, row.reason, row.decision = status, reason, decision
-    await asyncio.to_thread(store.add_candidate, row)
+    decided = {"decision": decision} if decision else {}  # a decision stamps decided_at
+    await asyncio.to_thread(store.update_candidate, row.id, status=status, reason=reason, **decided)
     result.outcome, result.reason = outcome, reason

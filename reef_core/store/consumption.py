@@ -69,21 +69,29 @@ class ConsumptionStore:
     """The consumption methods of ``RecordStore`` (which provides the engines)."""
 
     def consume(self, candidate_id: str, scenario: str, *, record_ids: Sequence[str] = (),
-                report_ids: Sequence[str] = ()) -> None:
+                report_ids: Sequence[str] = (), candidate: CandidateRow | None = None) -> None:
         """Mark records and reports as used by ``candidate_id``, all or nothing.
 
         An item is taken when no candidate consumed it yet (a new row) or when a candidate
         returned it (its row, compare-and-set on ``state='returned'``; one attempt more).
         ConflictError when any of them is held or spent: nothing is marked, so no record ever
         trains two candidates at the same time.
+
+        ``candidate``: the candidate's row (id ``candidate_id``), stored in the same transaction,
+        so a process that dies afterwards leaves a candidate the next growth lease holder
+        settles, never experience held by no candidate.
         """
         items = {i: "record" for i in record_ids}
         items.update({i: "report" for i in report_ids})
-        if not items:
+        if not items and candidate is None:
             return
         now = utcnow()
         try:
             with self._writer.begin() as conn:
+                if candidate is not None:
+                    table = CandidateRow.__table__
+                    conn.execute(insert(table).values(
+                        {c.name: getattr(candidate, c.name) for c in table.columns if c.name != "seq"}))
                 returned = set(conn.execute(select(Consumption.item_id).where(
                     Consumption.item_id.in_(items), Consumption.state == "returned")).scalars())
                 if returned:
