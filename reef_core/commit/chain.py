@@ -4,7 +4,8 @@ Publishing is: the artifact store first (``publish``), then serving (the caller 
 the release), then the database (``record``). The artifact store's compare-and-swap is the
 commit point: once the scenario's ref moved, the release exists, and the database row is a
 copy that ``reconcile`` can always rebuild from the manifests. The database can therefore
-lag the store after a crash, never lead it.
+lag the store after a crash, never lead it; a growth lease holder catches it up
+(``catch_up``) before it settles a dead step's candidate or builds on the head.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ..store import RecordStore, Release, new_id
 from ..types import ActiveRelease
 from .artifacts import (
     MANIFEST_FORMAT,
+    ArtifactError,
     StoredRelease,
     content_hash,
     copy_artifact,
@@ -213,6 +215,26 @@ class ReleaseChain:
                             stored.release_id, scenario)
                 added.append(self.record(stored))
         return added
+
+    def catch_up(self, scenario: str) -> Release | None:
+        """Make the database's chain of ``scenario`` the artifact store's (``reconcile``) and
+        return its head: what a lease holder does before settling another step's candidates
+        or building on the head (the publish sequence: ``reef_core.grow.step``).
+
+        A store that caches a remote (``sync()``, as the git store with ``remote`` has) must
+        fetch first: a stale cache could hide a release a dead step pushed, and its candidate
+        would be settled as unpublished. ArtifactError when it cannot; nothing is settled then.
+        """
+        sync = getattr(self.artifacts, "sync", None)
+        if callable(sync) and sync() is False:
+            raise ArtifactError(f"the release chain of {scenario!r} could not be fetched from the artifact store's "
+                                "remote, so it is unknown what was published last; growth waits until it answers")
+        head = self.head(scenario)  # the database first, as in reconcile: it may lag the store, never lead it
+        stored = self.artifacts.head(scenario)
+        if (stored.commit if stored else None) != (head.git_commit if head else None):
+            self.reconcile([scenario])  # chains are append-only: equal heads leave nothing to record
+            head = self.head(scenario)
+        return head
 
     # ------------------------------------------------------------------ serving
 

@@ -145,6 +145,15 @@ class ServingReleases:
             self._on_published(row)
         return row
 
+    async def serve_head(self, scenario: str) -> Release | None:
+        """Serve ``scenario``'s head release (the database's) if this process serves another,
+        and announce it; the head. A growth lease holder calls it once it caught the chain up
+        (``ReleaseChain.catch_up``), so serving follows a recovered head without the follower."""
+        head = await asyncio.to_thread(self.chain.head, scenario)
+        if head is not None and await self._swap(head):
+            self._on_published(head)
+        return head
+
     async def rollback(self, scenario: str, target: str, *, serve: bool = True) -> RollbackResult:
         """Publish ``target``'s content (a release id, or ``BASE``: no harness and no adapter) as
         ``scenario``'s new head and serve it; nothing when the head already has that content.

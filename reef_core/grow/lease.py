@@ -8,9 +8,11 @@ re-checks it under the lease row's lock (``RecordStore.fenced``), so a step whos
 the lease (paused or partitioned past the expiry) ends ``fenced`` and never publishes.
 
 Recovery: undecided candidates of a scenario are settled only by a process that holds the
-scenario's lease with a newer token (``settle_orphans``): their holder's lease ended, so they
-can never publish. A lease held by a dead process of this host (same host and PID namespace,
-its PID gone) is taken over at once rather than after its expiry.
+scenario's lease with a newer token (``settle_ended_steps``): their holder's lease ended, so
+they can never publish. The release chain is caught up first: a release the dead step put in
+the artifact store but not in the database is recorded and its candidate marked published, so
+its experience is never handed out again. A lease held by a dead process of this host (same
+host and PID namespace, its PID gone) is taken over at once rather than after its expiry.
 
 Cross-process triggers: on PostgreSQL, releasing a lease ``NOTIFY``s every listening process
 (``LeaseListener``), whose workers check their scenario again; on SQLite a worker that found
@@ -160,9 +162,10 @@ class Leases:
 
 def settle_orphans(store: Any, rows: Iterable[CandidateRow], max_attempts: int) -> list[str]:
     """Settle undecided candidates whose step can never finish (the caller proved it: it holds
-    their scenario's lease with a newer token). Published ones (recorded, but their process died
-    before marking them) are marked so; the others become errors and their experience returns to
-    the pool under the return rule. The ids settled as interrupted."""
+    their scenario's lease with a newer token) once the chain was caught up
+    (``settle_ended_steps``). Published ones (recorded, but their process died before marking
+    them) are marked so; the others become errors and their experience returns to the pool
+    under the return rule. The ids settled as interrupted."""
     rows = list(rows)
     published = store.releases_of_candidates(row.id for row in rows)
     interrupted = []
@@ -174,6 +177,21 @@ def settle_orphans(store: Any, rows: Iterable[CandidateRow], max_attempts: int) 
                                return_experience=max_attempts)
         interrupted.append(row.id)
     return interrupted
+
+
+def settle_ended_steps(chain: Any, store: Any, scenario: str, token: int,
+                       max_attempts: int) -> tuple[list[CandidateRow], list[str]]:
+    """Settle the undecided candidates of ``scenario`` left by holdings older than ``token`` (the
+    caller holds the lease with it): (the candidates settled, the ids settled as interrupted).
+
+    The chain first (``ReleaseChain.catch_up``): a step killed after its release reached the
+    artifact store but before the database row leaves a ``selected`` candidate whose release
+    only the store knows. Settled before that release is recorded, it would count as
+    interrupted and its experience, which serves already, would return to the pool and train
+    again. Raises (settling nothing) when the chain cannot be read."""
+    chain.catch_up(scenario)
+    orphans = orphans_of(store, scenario, token)
+    return orphans, settle_orphans(store, orphans, max_attempts)
 
 
 def orphans_of(store: Any, scenario: str, token: int) -> list[CandidateRow]:

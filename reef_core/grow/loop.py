@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from ..hookspecs import hookimpl
 from ..observe import eligible
 from ..observe.eligibility import pool_rule
-from .lease import LeaseListener, Leases, orphans_of, settle_orphans
+from .lease import LeaseListener, Leases, settle_ended_steps
 from .modes import ScenarioModes
 from .plan import ScenarioPlan, resolve_plan
 from .step import StepResult
@@ -273,11 +273,12 @@ class LearningLoop:
     # ------------------------------------------------------------------ internals
 
     def _settle_interrupted(self) -> None:
-        """Candidates an ended process left undecided: published ones (recorded, but the
-        process died before marking them) are marked so, the others become errors and their
-        experience returns to the pool under the return rule. Only in scenarios whose lease
-        this process can take (free, expired, or held by a dead process of this host): a live
-        server's running step is not touched; the next holder settles its candidates if it dies."""
+        """Candidates an ended process left undecided: once the release chain is caught up,
+        published ones (in the chain, but the process died before marking them) are marked so,
+        the others become errors and their experience returns to the pool under the return
+        rule. Only in scenarios whose lease this process can take (free, expired, or held by a
+        dead process of this host): a live server's running step is not touched; the next
+        holder settles its candidates if it dies."""
         stuck = {row.scenario for row in self.store.candidates_with_status(_INTERRUPTED)}
         for scenario in sorted(stuck):
             holding = self.leases.acquire(scenario)
@@ -285,8 +286,11 @@ class LearningLoop:
                 log.info("%s: undecided candidates left alone: another server holds the growth lease", scenario)
                 continue
             try:
-                settle_orphans(self.store, orphans_of(self.store, scenario, holding.token),
-                               self.settings.loop.max_attempts)
+                settle_ended_steps(self.reef.releases.chain, self.store, scenario, holding.token,
+                                   self.settings.loop.max_attempts)
+            except Exception:  # the release chain cannot be read now: the scenario's next step settles them
+                log.exception("%s: undecided candidates left for the next growth step: catching up the "
+                              "release chain failed", scenario)
             finally:
                 self.leases.release(holding)
 

@@ -17,6 +17,34 @@ Across processes, a step runs only while its process holds the scenario's growth
 (``reef_core.grow.lease``): the candidate records the lease's fencing token, and the publish
 runs under the lease row's lock after checking that token, so a step whose process lost the
 lease ends ``fenced`` and never publishes.
+
+The publish sequence, and what a process killed right after each step leaves behind (the
+step names are ``reef_core.commit.faults.PUBLISH_STEPS``; ``REEF_FAULT_AT=<step>`` kills there):
+
+==================== =========================================== ===========================
+step                 state a kill leaves                         recovered as
+==================== =========================================== ===========================
+consumed             batch held by a ``proposed`` candidate      interrupted
+evaluating           candidate ``evaluating``                    interrupted
+selected             candidate ``selected``, nothing published   interrupted
+fenced               lease row locked (the transaction dies)     interrupted
+git_published        release in the store only; ``selected``     recorded, then published
+served               the same (this process served it)           recorded, then published
+release_recorded     release row written; ``selected``           published
+candidate_published  all written; the lease not released         nothing to repair
+==================== =========================================== ===========================
+
+Recovery is the next lease holder's (``reef_core.grow.lease.settle_ended_steps``), with a
+newer token, before its own step: first the chain is caught up (``ReleaseChain.catch_up``:
+a release the store has and the database lacks is recorded from its manifest and its
+candidate marked published), then the undecided candidates of older holdings are settled:
+*published* when a release row names them, else *interrupted* (``error``; the experience
+returns to the pool under the return rule, counting the attempt). A published candidate
+keeps its batch, so each report is consumed by one published candidate only; the holder
+then serves the head and builds on it. A step that loses the compare-and-swap (``conflict``: the head moved under
+it) returns its experience the same way and catches the chain up: the batch is back in the
+pool at once (the head moved) and the next step (after an automatic one, the worker looks
+again at once) retries it on the new head, until ``loop.max_attempts`` is spent.
 """
 
 from __future__ import annotations
@@ -275,14 +303,24 @@ async def _publish(reef: Reef, candidate: Candidate, head: Any, evaluation: Eval
         result.outcome, result.reason = "fenced", str(exc)
         return
     except PublishConflict as exc:
-        await asyncio.to_thread(reef.store.update_candidate, candidate.id, status="conflict", reason=str(exc))
+        # never published: the experience returns under the return rule (an attempt) and is
+        # back in the pool at once, as the head moved; the chain is caught up so that the next
+        # step builds on the new head
+        await asyncio.to_thread(reef.store.update_candidate, candidate.id, status="conflict", reason=str(exc),
+                                return_experience=reef.settings.loop.max_attempts)
         result.outcome, result.reason = "conflict", str(exc)
+        try:
+            await asyncio.to_thread(reef.releases.chain.catch_up, candidate.scenario)
+            await reef.releases.serve_head(candidate.scenario)
+        except Exception:  # the next step catches up before it settles or builds anything
+            log.exception("%s: catching up the release chain after a conflict failed", candidate.scenario)
         return
-    except Exception as exc:  # nothing was published; the candidate says why
+    except Exception as exc:  # the candidate says why; whether the head moved anyway, the chain says
         reason = f"publishing failed: {type(exc).__name__}: {exc}"
         log.exception("%s: %s", candidate.scenario, reason)
-        await asyncio.to_thread(reef.store.update_candidate, candidate.id, status="error", reason=reason)
         result.outcome, result.reason = "error", reason
+        if await _settle_failed_publish(reef, candidate.id, candidate.scenario, reason):
+            result.reason += "; the release reached the chain all the same and is recorded"
         return
     result.release_id = stored.release_id
     try:
@@ -293,6 +331,27 @@ async def _publish(reef: Reef, candidate: Candidate, head: Any, evaluation: Eval
         result.outcome, result.reason = "error", reason
         return
     result.outcome, result.reason = "published", decision.reason
+
+
+async def _settle_failed_publish(reef: Reef, cid: str, scenario: str, reason: str) -> bool:
+    """Settle a selected candidate whose publish raised. The store may have moved its head all
+    the same (a push whose answer was lost), so the chain decides, caught up first: published
+    when its release is there (``record`` marked it), else an error whose experience returns
+    under the return rule. When the chain cannot be read, the candidate stays ``selected`` for
+    the next lease holder to settle in the same way: its experience is never held for good.
+    True when it was published."""
+    try:
+        await asyncio.to_thread(reef.releases.chain.catch_up, scenario)
+    except Exception:
+        log.exception("%s: candidate %s is left for the next growth step to settle", scenario, cid)
+        await asyncio.to_thread(reef.store.update_candidate, cid, reason=reason)
+        return False
+    row = await asyncio.to_thread(reef.store.get_candidate, cid)
+    if row is not None and row.status == "published":
+        return True
+    await asyncio.to_thread(reef.store.update_candidate, cid, status="error", reason=reason,
+                            return_experience=reef.settings.loop.max_attempts)
+    return False
 
 
 async def _finish(store: Any, row: CandidateRow, *, status: str, reason: str, result: StepResult,

@@ -9,8 +9,9 @@ and a script that reports and then grows must not get ``busy`` because of it).
 A step runs while this process holds the scenario's growth lease (``reef_core.grow.lease``);
 while another process holds it, the step answers ``busy`` and an automatic trigger checks
 again after ``loop.lease_poll_s`` seconds (sooner on PostgreSQL: a released lease is
-announced). Holding the lease, the worker first settles the scenario's candidates left by
-holdings that ended (a killed or fenced step).
+announced). Holding the lease, the worker first catches the release chain up and settles the
+scenario's candidates left by holdings that ended (a killed or fenced step), then runs the step
+on the head it serves.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from .lease import Leases, orphans_of, settle_orphans
+from .lease import Leases, settle_ended_steps
 from .plan import ScenarioPlan
 from .progress import LogProgress
 from .step import StepResult, auto_step_due, run_step
@@ -129,12 +130,24 @@ class ScenarioWorker:
                 if trigger == "manual":
                     self.last_step = result
                 return result
-            store, max_attempts = self.reef.store, self.reef.settings.loop.max_attempts
-            orphans = await asyncio.to_thread(orphans_of, store, self.scenario, holding.token)
+            releases, max_attempts = self.reef.releases, self.reef.settings.loop.max_attempts
+            try:  # the chain first, then the candidates of ended holdings: reef_core.grow.lease
+                orphans, interrupted = await asyncio.to_thread(settle_ended_steps, releases.chain, self.reef.store,
+                                                               self.scenario, holding.token, max_attempts)
+            except Exception as exc:  # nothing consumed: a later trigger tries again
+                log.exception("%s: catching up the release chain failed", self.scenario)
+                result = StepResult(scenario=self.scenario, trigger=trigger, outcome="error",
+                                    reason=f"the release chain could not be caught up, so nothing was consumed "
+                                           f"({type(exc).__name__}: {exc})")
+                self.last_step = result
+                return result
+            try:
+                await releases.serve_head(self.scenario)
+            except Exception:  # the follower retries serving it; the step builds on the head all the same
+                log.exception("%s: serving the head release failed", self.scenario)
             if orphans:
-                settled = await asyncio.to_thread(settle_orphans, store, orphans, max_attempts)
                 log.warning("%s: settled %d candidate(s) of ended growth leases (%d interrupted)",
-                            self.scenario, len(orphans), len(settled))
+                            self.scenario, len(orphans), len(interrupted))
             progress = progress or LogProgress(logging.getLogger("reef.progress"), label=self.scenario)
             result = await run_step(self.reef, self.plan_of(self.scenario), trigger, progress, lease=holding)
             if result.outcome != "nothing" or trigger == "manual":

@@ -100,7 +100,7 @@ class Consumption(SQLModel, table=True):
     one row per item, naming the candidate that holds it now (or held it last).
 
     ``state`` says what became of it: ``held`` (a candidate holds it: running, published,
-    skipped, conflict), ``returned`` (the candidate was rejected or errored; the item is back
+    skipped), ``returned`` (the candidate was rejected, errored or lost a conflict; the item is back
     in the pool once the return rule allows, see ``reef_core.observe.eligibility``) or
     ``spent`` (attempted ``loop.max_attempts`` times; consumed for good).
     """

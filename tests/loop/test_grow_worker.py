@@ -22,6 +22,13 @@ class _Leases:
         yield Holding(scenario=scenario, holder="here", token=1)
 
 
+class _Releases:
+    chain = None
+
+    async def serve_head(self, scenario):
+        return None
+
+
 def _worker(monkeypatch, *, due: bool, step_gate: asyncio.Event | None = None):
     """A worker whose eligibility check blocks until ``release`` is set, then says ``due``."""
     release, checking = threading.Event(), threading.Event()
@@ -40,8 +47,9 @@ def _worker(monkeypatch, *, due: bool, step_gate: asyncio.Event | None = None):
 
     monkeypatch.setattr(worker_mod, "auto_step_due", auto_step_due)
     monkeypatch.setattr(worker_mod, "run_step", run_step)
-    monkeypatch.setattr(worker_mod, "orphans_of", lambda store, scenario, token: [])
-    reef = SimpleNamespace(store=None, settings=SimpleNamespace(loop=SimpleNamespace(max_attempts=3, lease_poll_s=2)))
+    monkeypatch.setattr(worker_mod, "settle_ended_steps", lambda chain, store, scenario, token, max_attempts: ([], []))
+    reef = SimpleNamespace(store=None, releases=_Releases(),
+                           settings=SimpleNamespace(loop=SimpleNamespace(max_attempts=3, lease_poll_s=2)))
     worker = worker_mod.ScenarioWorker(reef, "s", lambda name: SimpleNamespace(scenario=name), _Leases())
     return worker, release, checking, steps
 
