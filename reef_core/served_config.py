@@ -6,7 +6,7 @@ compares against it. It holds the resolved settings with every secret masked, wh
 server listens, its pid, when it started and stopped, and the learning-relevant part of the
 settings (``LEARNING_KEYS``) with its hash.
 
-Two uses, both in the CLI: finding a running server to send commands to (``reef_core.cli_remote``),
+Two uses, both in the CLI: finding a running server to send commands to (``reef_core.cli.remote``),
 and refusing to act on the state with a configuration other than the one it was served with
 (``check_given``): ``reef grow`` with the wrong runtime would otherwise consume feedback and
 learn nothing from it.

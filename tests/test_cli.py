@@ -1,11 +1,18 @@
-"""The `reef` command line: records, plugins, errors."""
+"""The `reef` command line: records, plugins, errors, and the shape of its package."""
 
 from __future__ import annotations
 
+import ast
 import json
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
+import reef_core.cli
 from reef_core.cli import main
 from reef_core.store import Record, RecordStore, Report
 
@@ -62,3 +69,41 @@ def test_plugins_json_lists_builtins():
     assert result.exit_code == 0
     names = {p["name"] for p in json.loads(result.output)}
     assert "reef_core.builtins.basic" in names
+
+
+CLI_MODULES = sorted(m.name for m in pkgutil.iter_modules(reef_core.cli.__path__))
+#: the package's modules every command group may import: nothing else of the package
+SHARED = {"common", "remote"}
+
+
+def test_the_cli_package_has_its_command_groups():
+    assert {"common", "serve", "records", "learning", "status", "agent", "remote"} <= set(CLI_MODULES)
+
+
+@pytest.mark.parametrize("module", CLI_MODULES)
+def test_every_cli_module_imports_first_in_a_fresh_interpreter(module):
+    """No import cycle between the command groups: each imports on its own, whichever comes first."""
+    done = subprocess.run([sys.executable, "-c", f"import reef_core.cli.{module}"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def _package_imports(path: Path) -> set[str]:
+    """The modules of ``reef_core.cli`` that ``path`` imports (relative imports of level 1)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
+    return found
+
+
+@pytest.mark.parametrize("module", [m for m in CLI_MODULES if m not in SHARED])
+def test_a_command_group_imports_only_the_shared_modules(module):
+    path = Path(reef_core.cli.__path__[0]) / f"{module}.py"
+    assert _package_imports(path) <= SHARED, f"reef_core.cli.{module} imports another command group"
+
+
+def test_the_shared_modules_import_no_command_group():
+    for module in SHARED:
+        assert _package_imports(Path(reef_core.cli.__path__[0]) / f"{module}.py") <= SHARED - {module}
+

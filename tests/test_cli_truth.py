@@ -27,7 +27,7 @@ from loop.conftest import (
 from loop.test_recovery import _seed
 
 from reef_core.cli import main
-from reef_core.cli_remote import find_server
+from reef_core.cli.remote import find_server
 from reef_core.compose import build_reef
 from reef_core.observe import eligible
 from reef_core.plugins import get_plugins

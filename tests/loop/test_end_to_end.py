@@ -158,8 +158,7 @@ def test_an_agent_installed_before_the_first_release_is_pointed_at_reef_and_upda
     """A new scenario has no release: the agent installer still writes its settings (an empty
     harness, release ``none``), so the agent's first requests can become the first experience;
     ``reef agent update`` installs the first release once it serves."""
-    import reef_core.cli  # noqa: F401  (the CLI modules are imported through it)
-    from reef_core import cli_agent
+    from reef_core.cli import agent as cli_agent
 
     with FakeUpstream("openai", capital_model) as up:
         settings = settings_for(tmp_path, up, feedback_rules_config(batch_size=1, evaluator={"name": "always"}))

@@ -19,8 +19,8 @@ from urllib.parse import quote
 
 import httpx
 
-from .errors import ReefError
-from .served_config import ServedConfig
+from ..errors import ReefError
+from ..served_config import ServedConfig
 
 #: how long finding a server may take: ``/healthz`` answers at once when it runs
 PROBE_TIMEOUT_S = 2.0

@@ -1,7 +1,7 @@
-"""``reef releases``, ``reef rollback`` and ``reef grow``.
+"""``reef releases``, ``reef rollback``, ``reef grow`` and ``reef candidates``: the learning loop.
 
 When a server runs on the state they send the command to it over HTTP, so the server's own
-configuration and learning loop do the work (``reef_core.cli_remote`` says how it is found:
+configuration and learning loop do the work (``reef_core.cli.remote`` says how it is found:
 ``--url``/``REEF_URL``, else the state directory's ``served-config.json``). Otherwise they
 work on the local state directory and database directly, with the configuration given, but
 only when it is the one the state was last served with (``--force`` overrides): a step run
@@ -14,106 +14,47 @@ read the state directory is the admin.
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import click
 
-from .cli import _config_file, _force_store, _friendly, _store, load
-
-_url = click.option("--url", envvar="REEF_URL", show_envvar=True,
-                    help="The running server to send the command to (default: the one the state "
-                         "directory's served-config.json names, when it runs).")
-_token = click.option("--token", envvar="REEF_TOKEN", show_envvar=True,
-                      help="Bearer token for the server (default: an admin token of the config given).")
-_force = click.option("--force", is_flag=True,
-                      help="With no server running, act even though the config given differs from "
-                           "the one the state directory was last served with.")
-
-
-def server_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--url``, ``--token`` and ``--force``: how a command finds the running server."""
-    return _url(_token(_force(fn)))
-
-
-def _target(overrides: tuple[str, ...], config_file: str | None, url: str | None, token: str | None):
-    """(settings, plugins, the running server or None)."""
-    from .cli_remote import find_server
-
-    _cfg, settings, plugins = load(overrides, config_file)
-    return settings, plugins, find_server(settings, url=url, token=token)
-
-
-def _local(settings: Any, plugins: Any, *, force: bool, learning: bool = False):
-    """A one-shot kernel on the state directory (no follower, workers or schedule), refused
-    when ``settings`` differ from the served ones; with the learning loop for ``grow``."""
-    from .compose import build_reef
-    from .served_config import check_given
-
-    check_given(settings, force=force)
-    return build_reef(settings, plugins, background=False, learning=learning)
-
-
-def _kernel(overrides: tuple[str, ...], config_file: str | None, *, learning: bool = False, force: bool = False):
-    """``_local`` from the command line's overrides and config file."""
-    _cfg, settings, plugins = load(overrides, config_file)
-    return _local(settings, plugins, force=force, learning=learning)
-
-
-def _via(server: Any, settings: Any, scenario: str) -> None:
-    """Say on stderr which server does the work (and, if the config given differs, that the
-    server's applies)."""
-    from .served_config import note_differences
-
-    click.echo(f"{scenario}: sent to the running server at {server.url}", err=True)
-    note = note_differences(server.served, settings) if server.served else None
-    if note:
-        click.echo(f"note: {note}", err=True)
-
-
-def _scenario(scenario: str | None, settings: Any, server: Any) -> str:
-    if scenario:
-        return scenario
-    if server is not None and server.served is not None:
-        return server.served.data.get("default_scenario") or settings.server.default_scenario
-    return settings.server.default_scenario
-
-
-def _run(reef: Any, work: Callable[[], Awaitable[Any]]) -> Any:
-    async def main() -> Any:
-        await reef.start()
-        try:
-            return await work()
-        finally:
-            await reef.stop()
-
-    return asyncio.run(main())
+from .common import (
+    config_option,
+    force_store_option,
+    friendly,
+    load_with_server,
+    local_kernel,
+    open_store,
+    run_started,
+    say_via,
+    scenario_or_default,
+    server_options,
+)
 
 
 @click.command("releases", context_settings={"ignore_unknown_options": True})
-@_config_file
+@config_option
 @click.option("-s", "--scenario", help="Scenario (default: server.default_scenario).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @server_options
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
-@_friendly
+@friendly
 def releases(config_file: str | None, scenario: str | None, as_json: bool, url: str | None, token: str | None,
              force: bool, overrides: tuple[str, ...]) -> None:
     """The release chain of a scenario, newest first."""
     from rich.console import Console
     from rich.table import Table
 
-    from .store import to_json
+    from ..store import to_json
 
-    settings, plugins, server = _target(overrides, config_file, url, token)
-    scenario = _scenario(scenario, settings, server)
+    settings, plugins, server = load_with_server(overrides, config_file, url, token)
+    scenario = scenario_or_default(scenario, settings, server)
     if server is not None:
-        _via(server, settings, scenario)
+        say_via(server, settings, scenario)
         rows = server.releases(scenario)
     else:
-        reef = _local(settings, plugins, force=force)
+        reef = local_kernel(settings, plugins, force=force)
         try:
             reef.releases.chain.reconcile()
             rows = [to_json(r) for r in reef.store.list_releases(scenario)]
@@ -136,21 +77,21 @@ def releases(config_file: str | None, scenario: str | None, as_json: bool, url: 
 
 
 @click.command("rollback", context_settings={"ignore_unknown_options": True})
-@_config_file
+@config_option
 @click.option("-s", "--scenario", help="Scenario (default: server.default_scenario).")
 @server_options
 @click.argument("target", metavar="RELEASE_ID|base")
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
-@_friendly
+@friendly
 def rollback(config_file: str | None, scenario: str | None, url: str | None, token: str | None, force: bool,
              target: str, overrides: tuple[str, ...]) -> None:
     """Serve RELEASE_ID's content again, or `base` (no harness, no adapter: the model as it is),
     published as a new release (history is kept). Nothing happens when the head already serves
     that content."""
-    settings, plugins, server = _target(overrides, config_file, url, token)
-    scenario = _scenario(scenario, settings, server)
+    settings, plugins, server = load_with_server(overrides, config_file, url, token)
+    scenario = scenario_or_default(scenario, settings, server)
     if server is not None:
-        _via(server, settings, scenario)
+        say_via(server, settings, scenario)
         click.echo(server.rollback(scenario, target)["message"])
         return
     click.echo(_rollback_here(settings, plugins, scenario, target, force=force).message)
@@ -160,7 +101,9 @@ def _rollback_here(settings: Any, plugins: Any, scenario: str, target: str, *, f
     """Roll back on the state directory without starting the kernel: publishing and recording a
     release needs the chain only, so the runtime's model is never loaded (a server on the state
     follows the new head)."""
-    reef = _local(settings, plugins, force=force)
+    import asyncio
+
+    reef = local_kernel(settings, plugins, force=force)
     try:
         reef.releases.chain.reconcile([scenario])  # the database may lag the store after a crash
         return asyncio.run(reef.releases.rollback(scenario, target, serve=False))
@@ -169,21 +112,21 @@ def _rollback_here(settings: Any, plugins: Any, scenario: str, target: str, *, f
 
 
 @click.command("grow", context_settings={"ignore_unknown_options": True})
-@_config_file
+@config_option
 @click.option("-s", "--scenario", help="Scenario (default: server.default_scenario).")
 @click.option("--json", "as_json", is_flag=True, help="Print the step's result as JSON.")
 @server_options
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
-@_friendly
+@friendly
 def grow(config_file: str | None, scenario: str | None, as_json: bool, url: str | None, token: str | None,
          force: bool, overrides: tuple[str, ...]) -> None:
     """Run one growth step now: propose from eligible experience, evaluate, publish a winner.
 
     Exits 1 when the step ends in error or another step is running, 2 for configuration problems."""
-    settings, plugins, server = _target(overrides, config_file, url, token)
-    scenario = _scenario(scenario, settings, server)
+    settings, plugins, server = load_with_server(overrides, config_file, url, token)
+    scenario = scenario_or_default(scenario, settings, server)
     if server is not None:
-        _via(server, settings, scenario)
+        say_via(server, settings, scenario)
         result = server.grow(scenario)
     else:
         result = _grow_here(settings, plugins, scenario, force=force)
@@ -205,10 +148,10 @@ def _grow_here(settings: Any, plugins: Any, scenario: str, *, force: bool) -> di
     consumed) when the runtime cannot answer as configured."""
     from rich.console import Console
 
-    from .errors import ConfigError
-    from .grow import RichProgress
+    from ..errors import ConfigError
+    from ..grow import RichProgress
 
-    reef = _local(settings, plugins, force=force, learning=True)
+    reef = local_kernel(settings, plugins, force=force, learning=True)
     problem = reef.runtime.config_problem()
     if problem:
         reef.close_unstarted()
@@ -219,7 +162,7 @@ def _grow_here(settings: Any, plugins: Any, scenario: str, *, force: bool) -> di
         with RichProgress(console) as progress:
             return await reef.learning.grow(scenario, progress)
 
-    return _run(reef, work).to_dict()
+    return run_started(reef, work).to_dict()
 
 
 @click.group("candidates")
@@ -228,21 +171,21 @@ def candidates() -> None:
 
 
 @candidates.command("show", context_settings={"ignore_unknown_options": True})
-@_config_file
+@config_option
 @click.option("-s", "--scenario", help="Refuse a candidate of another scenario (default: any).")
 @click.option("--json", "as_json", is_flag=True, help="Print the candidate and every episode in full, as JSON.")
-@_force_store
+@force_store_option
 @click.argument("candidate_id")
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
-@_friendly
+@friendly
 def candidates_show(config_file: str | None, scenario: str | None, as_json: bool, force: bool, candidate_id: str,
                     overrides: tuple[str, ...]) -> None:
     """One candidate: its decision, where its experience is now, and its episodes by task
     (candidate against current). Reads the record store; no server needed."""
-    from .errors import NotFoundError
-    from .store import to_json
+    from ..errors import NotFoundError
+    from ..store import to_json
 
-    store, _settings = _store(overrides, config_file, force)
+    store, _settings = open_store(overrides, config_file, force)
     try:
         row = store.get_candidate(candidate_id)
         if row is None or (scenario and row.scenario != scenario):
@@ -260,19 +203,19 @@ def candidates_show(config_file: str | None, scenario: str | None, as_json: bool
 
 
 @candidates.command("export", context_settings={"ignore_unknown_options": True})
-@_config_file
+@config_option
 @click.option("-s", "--scenario", help="Scenario (default: server.default_scenario).")
 @click.option("-o", "--output", type=click.File("w"), default="-", help="File to write (default stdout).")
-@_force_store
+@force_store_option
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
-@_friendly
+@friendly
 def candidates_export(config_file: str | None, scenario: str | None, output: Any, force: bool,
                       overrides: tuple[str, ...]) -> None:
     """Every candidate of a scenario, oldest first, with its experience and every stored
     episode, as JSON Lines (one candidate per line)."""
-    from .store import to_json
+    from ..store import to_json
 
-    store, settings = _store(overrides, config_file, force)
+    store, settings = open_store(overrides, config_file, force)
     try:
         scenario = scenario or settings.server.default_scenario
         for row in reversed(store.list_candidates(scenario)):
@@ -330,7 +273,4 @@ def print_candidate(data: dict[str, Any]) -> None:
     Console(width=max(Console().width, 120)).print(table)
 
 
-def register_commands(main: click.Group) -> None:
-    """Add the learning commands to the ``reef`` group."""
-    for command in (releases, rollback, grow, candidates):
-        main.add_command(command)
+COMMANDS = (releases, rollback, grow, candidates)

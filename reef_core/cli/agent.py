@@ -23,14 +23,15 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import click
-import httpx
 
-from .cli import _friendly
-from .commit.harness import NO_RELEASE
+from .common import friendly, load
+
+if TYPE_CHECKING:
+    import httpx
 
 DEFAULT_URL = "http://127.0.0.1:8900"
 #: the installer's record of what it installed (``reef_core.builtins.harness_files``)
@@ -50,8 +51,7 @@ def _server_url(url: str | None) -> str:
     if url:
         return url.rstrip("/")
     try:
-        from .cli import load
-        from .cli_remote import find_server
+        from .remote import find_server
 
         found = find_server(load(()), url=None, token=None)
     except Exception:
@@ -73,6 +73,8 @@ def _request(method: str, url: str, *, headers: dict[str, str], attempts: int = 
              accept: tuple[int, ...] = (), **kwargs: Any) -> httpx.Response:
     """One call to the server; connection failures and 5xx are retried ``attempts`` times; an
     error status in ``accept`` is returned instead of raised."""
+    import httpx
+
     for attempt in range(attempts):
         try:
             response = httpx.request(method, url, headers=headers, timeout=60, **kwargs)
@@ -104,7 +106,7 @@ def installed(directory: Path) -> dict[str, str]:
 
 
 def _adapters() -> dict[str, Any]:
-    from .plugins import get_plugins
+    from ..plugins import get_plugins
 
     plugins = get_plugins()
     return {name: plugins.get("harness_adapter", name) for name in plugins.names("harness_adapter")}
@@ -198,6 +200,8 @@ def report(directory: Path, *, score: float | None, feedback: str | None, url: s
 
 def update(name: str, directory: Path, *, url: str, scenario: str | None) -> str:
     """Re-install when the scenario serves a release other than the installed one."""
+    from ..commit.harness import NO_RELEASE
+
     have = installed(directory)
     scenario = scenario or have.get("scenario")
     head = _request("GET", f"{url}/reef/harness", headers=_headers(scenario), attempts=3, accept=(404,))
@@ -219,7 +223,7 @@ def harness_group() -> None:
 
 @harness_group.command("adapters")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@_friendly
+@friendly
 def adapters_cmd(as_json: bool) -> None:
     """List the installed harness adapters (GET /reef/harness/install?adapter=NAME)."""
     rows = [{"name": name, "agent": getattr(cls, "binary", "") or None,
@@ -242,7 +246,7 @@ def agent_group() -> None:
 @click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
 @_url
 @_scenario
-@_friendly
+@friendly
 def install_cmd(name: str, directory: Path, url: str | None, scenario: str | None) -> None:
     """Install the scenario's harness for agent NAME into DIRECTORY (default: here)."""
     _agent_adapter(name)
@@ -257,7 +261,7 @@ def install_cmd(name: str, directory: Path, url: str | None, scenario: str | Non
 @click.option("--bin", "binary", help="The agent's command (default: its usual name on PATH).")
 @_url
 @_scenario
-@_friendly
+@friendly
 def run_cmd(name: str, args: tuple[str, ...], directory: Path, binary: str | None, url: str | None,
             scenario: str | None) -> None:
     """Run agent NAME (after `--`, its own arguments) as one Reef session; print its receipts."""
@@ -275,7 +279,7 @@ def run_cmd(name: str, args: tuple[str, ...], directory: Path, binary: str | Non
 @click.option("-d", "--dir", "directory", default=".", type=click.Path(file_okay=False, path_type=Path),
               help="The project the agent ran in (default: here).")
 @_url
-@_friendly
+@friendly
 def report_cmd(score: float | None, feedback: str | None, directory: Path, url: str | None) -> None:
     """Report on the last run's receipts (one report; a retry never reports twice)."""
     if score is None and feedback is None:
@@ -289,14 +293,11 @@ def report_cmd(score: float | None, feedback: str | None, directory: Path, url: 
 @click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
 @_url
 @_scenario
-@_friendly
+@friendly
 def update_cmd(name: str, directory: Path, url: str | None, scenario: str | None) -> None:
     """Re-install agent NAME's harness in DIRECTORY when a newer release serves."""
     _agent_adapter(name)
     click.echo(update(name, directory, url=_server_url(url), scenario=scenario))
 
 
-def register_commands(main: click.Group) -> None:
-    """Add ``reef harness`` and ``reef agent`` to the ``reef`` group."""
-    main.add_command(harness_group)
-    main.add_command(agent_group)
+COMMANDS = (harness_group, agent_group)

@@ -1,7 +1,7 @@
 """``reef mode``, ``reef status`` and ``reef doctor``.
 
 ``reef mode`` and ``reef status`` go to the running server when there is one, as ``reef
-grow`` does (``reef_core.cli_learning``, ``reef_core.cli_remote``), else they work on the
+grow`` does (``reef_core.cli.learning``, ``reef_core.cli.remote``), else they work on the
 state directory's record store. ``reef doctor`` checks the machine against the configuration
 given (``reef_core.doctor``) and needs no server.
 """
@@ -14,9 +14,7 @@ from typing import Any
 
 import click
 
-from .cli import _config_file, _friendly, load
-from .cli_learning import _local, _target, _via, server_options
-from .config import LEARNING_MODES
+from .common import config_option, friendly, load, load_with_server, local_kernel, say_via, server_options
 
 #: candidates per scenario ``reef status`` shows
 LAST_CANDIDATES = 3
@@ -38,30 +36,32 @@ def _print_mode(info: dict[str, Any]) -> None:
 
 
 @click.command("mode", context_settings={"ignore_unknown_options": True})
-@_config_file
+@config_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @server_options
 @click.argument("scenario")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[MODE] [OVERRIDES]...")
-@_friendly
+@friendly
 def mode(config_file: str | None, as_json: bool, url: str | None, token: str | None, force: bool, scenario: str,
          args: tuple[str, ...]) -> None:
     """Show SCENARIO's learning mode, or set it to MODE: auto (learn on reports and the
     schedule), manual (only on reef grow), paused (store, learn nothing), record_only (a
     recording proxy: what it records never becomes experience). A mode set here is stored,
     survives restarts and wins over scenarios.<name>.mode."""
+    from ..config import LEARNING_MODES
+
     new = args[0] if args and "=" not in args[0] else None
     overrides = args[1:] if new is not None else args
     if new is not None and new not in LEARNING_MODES:
         raise click.BadParameter(f"{new!r} is not a learning mode; use one of: {', '.join(LEARNING_MODES)}",
                                  param_hint="MODE")
-    settings, _plugins, server = _target(overrides, config_file, url, token)
+    settings, _plugins, server = load_with_server(overrides, config_file, url, token)
     if server is not None:
-        _via(server, settings, scenario)
+        say_via(server, settings, scenario)
         info = server.set_mode(scenario, new) if new else server.mode(scenario)
     else:
-        from .grow.modes import ScenarioModes
-        from .served_config import check_given
+        from ..grow.modes import ScenarioModes
+        from ..served_config import check_given
 
         check_given(settings, force=force, keys=("record_store",))
         store = settings.open_record_store()
@@ -89,7 +89,7 @@ def _remote_status(server: Any, scenarios: list[str]) -> list[dict[str, Any]]:
 
 def _local_status(reef: Any, scenarios: list[str]) -> list[dict[str, Any]]:
     """Without a server nothing is served: the head release is what a server serves at start."""
-    from .store import to_json
+    from ..store import to_json
 
     rows = []
     heads = reef.store.head_releases(scenarios)
@@ -109,22 +109,22 @@ def _candidate(row: dict[str, Any]) -> dict[str, Any]:
 
 
 @click.command("status", context_settings={"ignore_unknown_options": True})
-@_config_file
+@config_option
 @click.option("-s", "--scenario", "only", multiple=True, help="Only this scenario (repeatable; default: all).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @server_options
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
-@_friendly
+@friendly
 def status(config_file: str | None, only: tuple[str, ...], as_json: bool, url: str | None, token: str | None,
            force: bool, overrides: tuple[str, ...]) -> None:
     """Every scenario: its learning mode, the release it serves, its eligible experience and
     its last candidates (from the running server, else from the state directory)."""
-    settings, plugins, server = _target(overrides, config_file, url, token)
+    settings, plugins, server = load_with_server(overrides, config_file, url, token)
     if server is not None:
         click.echo(f"status of the running server at {server.url}", err=True)
         rows = _remote_status(server, list(only) or server.scenario_names())
     else:
-        reef = _local(settings, plugins, force=force, learning=True)
+        reef = local_kernel(settings, plugins, force=force, learning=True)
         try:
             names = list(only) or sorted({*reef.learning.configured_scenarios(), *reef.store.scenario_names()})
             rows = _local_status(reef, names)
@@ -156,16 +156,16 @@ _MARK = {"ok": "[green]ok[/green]", "warn": "[yellow]warn[/yellow]", "fail": "[r
 
 
 @click.command("doctor", context_settings={"ignore_unknown_options": True})
-@_config_file
+@config_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
-@_friendly
+@friendly
 def doctor(config_file: str | None, as_json: bool, overrides: tuple[str, ...]) -> None:
     """Check each dependency the configuration needs (git, git-lfs, the database, the runtime
     or upstream, the model cache, free disk) and say what to do about each failure.
 
     Exits 1 when a required check fails."""
-    from .doctor import run_checks
+    from ..doctor import run_checks
 
     _cfg, settings, plugins = load(overrides, config_file)
     checks = run_checks(settings, plugins)
@@ -185,7 +185,4 @@ def doctor(config_file: str | None, as_json: bool, overrides: tuple[str, ...]) -
         raise SystemExit(1)
 
 
-def register_commands(main: click.Group) -> None:
-    """Add ``mode``, ``status`` and ``doctor`` to the ``reef`` group."""
-    for command in (mode, status, doctor):
-        main.add_command(command)
+COMMANDS = (mode, status, doctor)

@@ -1,0 +1,146 @@
+"""What the ``reef`` command groups share: their options, the error wrapper, loading the
+configuration, and reaching the state directory or the running server.
+
+Every module of ``reef_core.cli`` imports from here and nothing from each other, and this
+module imports click and Reef's errors only: the rest loads inside the helpers, when a
+command runs, so ``reef --help`` lists every command without importing the store or a model.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import click
+
+from ..errors import ReefError
+
+# ------------------------------------------------------------------ options
+
+config_option = click.option(
+    "-c", "--config", "config_file", type=click.Path(exists=True, dir_okay=False),
+    help="A YAML file merged over the composed config.",
+)
+
+force_store_option = click.option(
+    "--force", is_flag=True,
+    help="Read even though the record store given is not the one the state directory was last served with.",
+)
+
+_url = click.option("--url", envvar="REEF_URL", show_envvar=True,
+                    help="The running server to send the command to (default: the one the state "
+                         "directory's served-config.json names, when it runs).")
+_token = click.option("--token", envvar="REEF_TOKEN", show_envvar=True,
+                      help="Bearer token for the server (default: an admin token of the config given).")
+_force = click.option("--force", is_flag=True,
+                      help="With no server running, act even though the config given differs from "
+                           "the one the state directory was last served with.")
+
+
+def server_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--url``, ``--token`` and ``--force``: how a command finds the running server."""
+    return _url(_token(_force(fn)))
+
+
+def friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn Reef's own errors into one line on stderr and their exit code.
+
+    ``reef serve`` raises every start-up failure as one (``StartupError`` and friends, exit 2),
+    whichever plugin, runtime or extension it came from.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ReefError as exc:
+            click.echo(f"Error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+
+    return wrapper
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if level != "debug":  # migrations announce every plugin they set up; only problems matter here
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+# ------------------------------------------------------------------ configuration and state
+
+
+def load(overrides: tuple[str, ...], config_file: str | None = None):
+    """(the composed config, its validated settings, the plugins) for the command line's
+    overrides and config file."""
+    from ..config import compose, validate
+    from ..plugins import get_plugins
+
+    plugins = get_plugins()
+    cfg = compose(list(overrides), plugins, config_file=config_file)
+    settings = validate(cfg, plugins)
+    return cfg, settings, plugins
+
+
+def open_store(overrides: tuple[str, ...], config_file: str | None, force: bool = False):
+    """The record store of the config given; refused when the state directory was served with
+    another one (reading it would show some other store's records, or an empty new one)."""
+    from ..served_config import check_given
+
+    _cfg, settings, _plugins = load(overrides, config_file)
+    check_given(settings, force=force, keys=("record_store",))
+    return settings.open_record_store(), settings
+
+
+def load_with_server(overrides: tuple[str, ...], config_file: str | None, url: str | None, token: str | None):
+    """(settings, plugins, the running server or None)."""
+    from .remote import find_server
+
+    _cfg, settings, plugins = load(overrides, config_file)
+    return settings, plugins, find_server(settings, url=url, token=token)
+
+
+def local_kernel(settings: Any, plugins: Any, *, force: bool, learning: bool = False):
+    """A one-shot kernel on the state directory (no follower, workers or schedule), refused
+    when ``settings`` differ from the served ones; with the learning loop for ``grow``."""
+    from ..compose import build_reef
+    from ..served_config import check_given
+
+    check_given(settings, force=force)
+    return build_reef(settings, plugins, background=False, learning=learning)
+
+
+def say_via(server: Any, settings: Any, scenario: str) -> None:
+    """Say on stderr which server does the work (and, if the config given differs, that the
+    server's applies)."""
+    from ..served_config import note_differences
+
+    click.echo(f"{scenario}: sent to the running server at {server.url}", err=True)
+    note = note_differences(server.served, settings) if server.served else None
+    if note:
+        click.echo(f"note: {note}", err=True)
+
+
+def scenario_or_default(scenario: str | None, settings: Any, server: Any) -> str:
+    """``scenario``, else the running server's default scenario, else the config's."""
+    if scenario:
+        return scenario
+    if server is not None and server.served is not None:
+        return server.served.data.get("default_scenario") or settings.server.default_scenario
+    return settings.server.default_scenario
+
+
+def run_started(reef: Any, work: Callable[[], Awaitable[Any]]) -> Any:
+    """``work()`` with ``reef`` started, stopped again afterwards."""
+    import asyncio
+
+    async def main() -> Any:
+        await reef.start()
+        try:
+            return await work()
+        finally:
+            await reef.stop()
+
+    return asyncio.run(main())
