@@ -1,13 +1,21 @@
-"""Start-up of ``reef serve`` in front of an upstream (no local model): time to healthy and RSS.
+"""Start-up of the ``reef`` commands: ``--help``, ``config``, ``plugins``, and ``serve`` in front of an upstream.
 
-    python bench/startup.py [--runs 5] [--baseline DIR]
+    python bench/startup.py [--runs 5] [--baseline DIR] [--no-plugins]
 
-Starts the proxy bench's stub upstream, then ``reef serve`` ``--runs`` times on a fresh state
-dir each (the first run creates and migrates the store; the rest open it, as a restart
-does), polling ``/healthz`` every 10 ms. Reported per target: the median seconds from
-process start to the first healthy answer, and the process's RSS at that moment; with
-``--baseline DIR`` a Reef from another source tree runs alternately in the same loop (ratios
-printed). Targets from the serving-overhead issue: ≤ 1.5 s warm, ≤ 120 MB.
+Every command runs with the plugins installed (all five recipes in this repository), as a user
+runs it; ``--no-plugins`` sets ``REEF_PLUGINS=`` (built-ins only). Each target imports its
+packages from its own tree: ``reef_core``, ``plugins/*`` and ``reef_recipe_*`` go first on
+``PYTHONPATH``, so a ``--baseline`` tree runs its own recipes too (the bench stops otherwise).
+
+Reported per target, median and minimum of ``--runs``, the runs of the targets interleaved:
+the seconds from process start to exit for ``reef --help``, ``reef config`` and ``reef
+plugins``; for ``reef serve`` (the default config: record-only recipe ``basic``, runtime
+``upstream`` on the proxy bench's stub) the seconds to the first healthy ``/healthz`` (polled
+every 10 ms, on a fresh state dir each: the first run creates and migrates the store) and the
+RSS then. With ``--baseline DIR`` a Reef from another source tree (a ``git worktree`` of an
+older commit) runs alternately, and ``base/reef`` gives how many times faster this tree is.
+Targets (issue 28): ``--help`` <= 0.5 s, ``config`` <= 1 s, ``plugins`` <= 1.5 s, ``serve``
+healthy <= 1.5 s and <= 120 MB (the serving-overhead issue).
 """
 
 from __future__ import annotations
@@ -25,7 +33,11 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from proxy_overhead import check_source, free_port, status_memory, wait_http  # noqa: E402
+from proxy_overhead import free_port, status_memory, wait_http  # noqa: E402
+
+ENTRY = "from reef_core.cli import main; main()"
+COMMANDS = {"--help": ("--help",), "config": ("config",), "plugins": ("plugins",)}
+TARGETS_S = {"--help": 0.5, "config": 1.0, "plugins": 1.5, "serve": 1.5}
 
 
 def healthy(port: int) -> bool:
@@ -36,10 +48,39 @@ def healthy(port: int) -> bool:
         return False
 
 
+def source_path(tree: Path) -> list[str]:
+    """``tree`` and each of its installable packages' directories, for ``PYTHONPATH``."""
+    return [str(tree), *(str(p) for p in sorted([*tree.glob("plugins/*/"), *tree.glob("reef_recipe_*/")])
+                         if (p / p.name / "__init__.py").is_file())]
+
+
+def check_sources(env: dict, cwd: Path, tree: Path) -> None:
+    """Stop unless a Reef started with ``env`` in ``cwd`` imports reef_core and every package of
+    ``tree`` from ``tree``: an old-against-new run that ran the same code twice reports noise."""
+    names = ["reef_core", *(Path(p).name for p in source_path(tree)[1:])]
+    code = f"import importlib\nfor n in {names!r}:\n    print(importlib.import_module(n).__file__)"
+    found = subprocess.run([sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True, text=True)
+    paths = found.stdout.split()
+    outside = [f for f in paths if not Path(f).resolve().is_relative_to(tree.resolve())]
+    if found.returncode != 0 or len(paths) != len(names) or outside:
+        raise SystemExit(f"a Reef of {tree} would import from elsewhere: {outside or found.stderr.strip()}")
+
+
+def one_command(env: dict, cwd: Path, argv: tuple[str, ...]) -> float:
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", ENTRY, *argv], env=env, cwd=cwd, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, timeout=300)
+    took = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"reef {' '.join(argv)} failed: {done.stderr.strip()}")
+    return took
+
+
 def one_start(env: dict, state: Path, upstream: str, timeout: float = 60) -> tuple[float, float]:
     port = free_port()
+    state.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", "from reef_core.cli import main; main()", "serve",
+    proc = subprocess.Popen([sys.executable, "-c", ENTRY, "serve",
                              f"server.port={port}", f"server.state_dir={state}", f"runtime.upstream_url={upstream}",
                              "server.log_level=warning"], env=env, stdout=subprocess.DEVNULL,
                             cwd=state.parent)  # not a checkout: ``-c`` puts the cwd first on sys.path
@@ -60,44 +101,62 @@ def one_start(env: dict, state: Path, upstream: str, timeout: float = 60) -> tup
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--baseline", type=Path, help="also start Reef from this source tree, alternately")
+    ap.add_argument("--baseline", type=Path, help="also run Reef from this source tree, alternately")
+    ap.add_argument("--no-plugins", action="store_true", help="REEF_PLUGINS= (built-in plugins only)")
     args = ap.parse_args()
     root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "REEF_PLUGINS": "", "REEF_TOKEN": "sk-reef-startup-bench",
-           "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
-    targets = {"reef": env}
-    if args.baseline:
-        targets["base"] = {**env, "PYTHONPATH": os.pathsep.join([str(args.baseline.resolve()), env["PYTHONPATH"]])}
+    env = {k: v for k, v in os.environ.items() if k != "REEF_PLUGINS"}
+    env["REEF_TOKEN"] = "sk-reef-startup-bench"
+    if args.no_plugins:
+        env["REEF_PLUGINS"] = ""
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    trees = {"reef": root, **({"base": args.baseline.resolve()} if args.baseline else {})}
+    targets = {name: {**env, "PYTHONPATH": os.pathsep.join([*source_path(tree), *inherited])}
+               for name, tree in trees.items()}
     tmp = Path(tempfile.mkdtemp(prefix="reef-startup-"))
-    if args.baseline:
-        check_source(targets["base"], tmp, args.baseline)
+    for name, tree in trees.items():
+        check_sources(targets[name], tmp, tree)
     stub_port = free_port()
     stub = subprocess.Popen([sys.executable, str(root / "bench" / "proxy_overhead.py"), "--stub", str(stub_port)],
-                            env=env)
-    results: dict[str, list[tuple[float, float]]] = {name: [] for name in targets}
+                            env=targets["reef"])
+    upstream = f"http://127.0.0.1:{stub_port}"
+    times: dict[str, dict[str, list[float]]] = {name: {c: [] for c in [*COMMANDS, "serve"]} for name in targets}
+    rss: dict[str, list[float]] = {name: [] for name in targets}
     try:
         if not wait_http(stub_port, "/v1/models", stub):
             raise SystemExit("the stub upstream did not start")
         for name, target_env in targets.items():  # warm the page cache and bytecode; not counted
-            one_start(target_env, tmp / f"{name}-warm", f"http://127.0.0.1:{stub_port}")
+            for argv in COMMANDS.values():
+                one_command(target_env, tmp, argv)
+            one_start(target_env, tmp / f"{name}-warm" / "state", upstream)
         for i in range(args.runs):
             for name, target_env in targets.items():
-                results[name].append(one_start(target_env, tmp / f"{name}-{i}", f"http://127.0.0.1:{stub_port}"))
+                for command, argv in COMMANDS.items():
+                    times[name][command].append(one_command(target_env, tmp, argv))
+                secs, mb = one_start(target_env, tmp / f"{name}-{i}" / "state", upstream)
+                times[name]["serve"].append(secs)
+                rss[name].append(mb)
     finally:
         stub.send_signal(signal.SIGTERM)
         stub.wait(15)
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{args.runs} starts per target, fresh state dir each; load average "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"{'target':<8} {'healthy s (median)':>19} {'min':>6} {'RSS MB (median)':>16}")
-    med = {}
-    for name, runs in results.items():
-        secs, rss = [r[0] for r in runs], [r[1] for r in runs]
-        med[name] = (statistics.median(secs), statistics.median(rss))
-        print(f"{name:<8} {med[name][0]:>19.2f} {min(secs):>6.2f} {med[name][1]:>16.0f}")
-    if "base" in med:
-        print(f"reef/base: time to healthy x{med['reef'][0] / med['base'][0]:.2f}, RSS x{med['reef'][1] / med['base'][1]:.2f}")
-    print(f"startup: healthy in {med['reef'][0]:.2f} s (target <= 1.5), RSS {med['reef'][1]:.0f} MB (target <= 120)")
+    print(f"{args.runs} runs per command and target, interleaved; "
+          f"{'built-in plugins only' if args.no_plugins else 'every installed plugin'}; load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    header = f"{'command':<21}" + "".join(f"{name + ' s (median/min)':>24}" for name in targets)
+    print(header + (f"{'base/reef':>11}" if "base" in targets else "") + f"{'target':>9}")
+    for command in [*COMMANDS, "serve"]:
+        shown = "reef " + command + (" (healthy)" if command == "serve" else "")
+        row = f"{shown:<21}"
+        for name in targets:
+            row += f"{statistics.median(times[name][command]):>16.2f} / {min(times[name][command]):<5.2f}"
+        if "base" in targets:
+            row += f"{statistics.median(times['base'][command]) / statistics.median(times['reef'][command]):>10.2f}x"
+        median = statistics.median(times["reef"][command])
+        row += f"  <= {TARGETS_S[command]:<4} {'ok' if median <= TARGETS_S[command] else 'OVER'}"
+        print(row)
+    print("serve RSS MB (median): " + ", ".join(f"{name} {statistics.median(mb):.0f}" for name, mb in rss.items())
+          + " (target <= 120)")
 
 
 if __name__ == "__main__":

@@ -7,9 +7,6 @@ recipe trains against, reached with ``require_trainable``), the values those obj
 and return, the errors they raise, and ``hookimpl`` to register them.
 """
 
-from .commit.artifacts import StoredRelease
-from .commit.gate import EvalContext
-from .commit.harness import HarnessBundle, HarnessFile
 from .contracts import (
     ArtifactStore,
     Evaluator,
@@ -34,9 +31,8 @@ from .errors import (
     RuntimeUnavailable,
     StartupError,
 )
-from .grow.context import RecipeContext
 from .hookspecs import hookimpl, hookspec
-from .observe import Batch, Experience, ExperienceRecord, FilterContext
+from .kit.lazy import lazy_exports
 from .types import (
     ActiveRelease,
     Candidate,
@@ -47,6 +43,17 @@ from .types import (
     PublishedRelease,
     StoredReport,
 )
+
+# Values of the learning loop's own packages load on first use: importing reef_core (every
+# plugin's entry point does) must not import the store, the config or asyncio's machinery.
+__getattr__ = lazy_exports(__name__, {
+    ".commit.artifacts": ("StoredRelease",),
+    ".commit.gate": ("EvalContext",),
+    ".commit.harness": ("HarnessBundle", "HarnessFile"),
+    ".grow.context": ("RecipeContext",),
+    ".observe.experience": ("Batch", "Experience", "ExperienceRecord"),
+    ".observe.eligibility": ("FilterContext",),
+})
 
 __version__ = "0.1.0"
 

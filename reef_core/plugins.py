@@ -21,7 +21,6 @@ import pluggy
 
 from . import hookspecs
 from .errors import PluginError
-from .option_types import option_annotations, option_type_problem, shown_value
 from .protocols import HOOK_FOR_KIND, KINDS, conform, missing_members
 
 
@@ -38,14 +37,51 @@ def builtin_modules() -> list[str]:
     )
 
 
-@dataclass
 class Registered:
-    """One thing a plugin registered: its kind, name, object and owning plugin."""
+    """One thing a plugin registered: its kind, name, object and owning plugin.
 
-    kind: str
-    name: str
-    obj: Any
-    plugin: str
+    A plugin may register a reference, ``"module:attr"``, in place of the object: it is imported
+    (and checked against its kind's contract) the first time ``obj`` is read, when a scenario
+    uses it. Every ``reef`` command discovers every plugin, so a recipe whose module imports
+    torch registers a reference and costs nothing until it is chosen.
+    """
+
+    def __init__(self, kind: str, name: str, obj: Any, plugin: str):
+        self.kind = kind
+        self.name = name
+        self.plugin = plugin
+        self._obj = obj
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the object has been imported (always, unless registered by reference)."""
+        return not isinstance(self._obj, str)
+
+    @property
+    def obj(self) -> Any:
+        if isinstance(self._obj, str):
+            self._obj = _resolve(self.kind, self.name, self._obj, self.plugin)
+        return self._obj
+
+    def __repr__(self) -> str:
+        return f"Registered({self.kind!r}, {self.name!r}, {self._obj!r}, {self.plugin!r})"
+
+
+def _resolve(kind: str, name: str, ref: str, plugin: str) -> Any:
+    """The object ``ref`` (``module:attr``) names, checked as ``register`` checks an object."""
+    module, _, attr = ref.partition(":")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except Exception as exc:  # an import-time failure is the plugin's, reported by name
+        raise PluginError(f"plugin {plugin!r}: {kind} {name!r} ({ref}) failed to load: "
+                          f"{type(exc).__name__}: {exc}") from exc
+    missing = missing_members(kind, obj, attributes=not isinstance(obj, type))
+    if missing:
+        raise PluginError(f"plugin {plugin!r} registered {kind} {name!r} without "
+                          f"required member(s): {', '.join(missing)}")
+    return obj
 
 
 @dataclass
@@ -55,6 +91,8 @@ class Plugins:
     pm: pluggy.PluginManager
     registry: dict[str, dict[str, Registered]] = field(default_factory=dict)
     config_dirs: list[tuple[str, Path]] = field(default_factory=list)
+    #: the version of each entry-point plugin's distribution
+    versions: dict[str, str] = field(default_factory=dict)
 
     def get(self, kind: str, name: str) -> Any:
         """The object registered as ``name`` for ``kind``, or a ConfigError listing choices."""
@@ -85,9 +123,8 @@ class Plugins:
                 "builtin": name.startswith("reef_core."),
                 "hooks": sorted(h.name for h in self.pm.get_hookcallers(module) or []),
             }
-            dist = _dist_version(module)
-            if dist:
-                item["version"] = dist
+            if name in self.versions:
+                item["version"] = self.versions[name]
             regs: dict[str, list[str]] = {}
             for kind, entries in self.registry.items():
                 mine = sorted(n for n, r in entries.items() if r.plugin == name)
@@ -96,16 +133,6 @@ class Plugins:
             item["registered"] = regs
             out.append(item)
         return out
-
-
-def _dist_version(module: Any) -> str | None:
-    top = getattr(module, "__name__", "").split(".")[0]
-    try:
-        for dist in importlib.metadata.packages_distributions().get(top, []):
-            return importlib.metadata.version(dist)
-    except Exception:
-        return None
-    return None
 
 
 def _allowed_plugins(env: dict[str, str]) -> set[str] | None:
@@ -125,10 +152,13 @@ def load_plugins(env: dict[str, str] | None = None) -> Plugins:
 
     allowed = _allowed_plugins(env)
     seen: set[str] = set()
+    versions: dict[str, str] = {}
     for ep in importlib.metadata.entry_points(group="reef"):
         if ep.name in seen or (allowed is not None and ep.name not in allowed):
             continue
         seen.add(ep.name)
+        if ep.dist is not None:
+            versions[ep.name] = ep.dist.version
         try:
             module = ep.load()
         except Exception as exc:  # any import-time failure is the plugin's, reported by name
@@ -151,7 +181,7 @@ def load_plugins(env: dict[str, str] | None = None) -> Plugins:
         name = pm.get_name(exc.plugin) or repr(exc.plugin)
         raise PluginError(f"plugin {name!r} implements a hook Reef does not define: {exc}") from exc
 
-    plugins = Plugins(pm=pm)
+    plugins = Plugins(pm=pm, versions=versions)
     for kind in KINDS:
         plugins.registry[kind] = _collect(pm, kind)
     plugins.config_dirs = _collect_config_dirs(pm)
@@ -176,12 +206,18 @@ def _collect(pm: pluggy.PluginManager, kind: str) -> dict[str, Registered]:
                     f"plugin {_plugin!r} registered {kind} {name!r}, "
                     f"which plugin {found[name].plugin!r} already registered"
                 )
-            missing = missing_members(kind, obj, attributes=not isinstance(obj, type))
-            if missing:
-                raise PluginError(
-                    f"plugin {_plugin!r} registered {kind} {name!r} without "
-                    f"required member(s): {', '.join(missing)}"
-                )
+            if isinstance(obj, str):  # a reference: imported and checked when first used
+                module, _, attr = obj.partition(":")
+                if not module or not attr:
+                    raise PluginError(f"plugin {_plugin!r} registered {kind} {name!r} as {obj!r}; "
+                                      "a reference is 'module:attr'")
+            else:
+                missing = missing_members(kind, obj, attributes=not isinstance(obj, type))
+                if missing:
+                    raise PluginError(
+                        f"plugin {_plugin!r} registered {kind} {name!r} without "
+                        f"required member(s): {', '.join(missing)}"
+                    )
             found[name] = Registered(kind, name, obj, _plugin)
 
         try:
@@ -249,6 +285,7 @@ def check_options(kind: str, name: str, options: dict[str, Any], plugins: Plugin
     (:mod:`reef_core.option_types`) is a ConfigError naming the key.
     """
     from .errors import ConfigError
+    from .option_types import option_annotations, option_type_problem, shown_value
 
     prefix = prefix or kind
     cls = plugins.get(kind, name)

@@ -58,8 +58,8 @@ def _fake_dist(site: Path, name: str, module_source: str) -> None:
 
 def _reef(site: Path | None, *args: str, env_extra: dict[str, str] | None = None, cwd: Path | None = None):
     env = {k: v for k, v in os.environ.items() if k != "REEF_PLUGINS"}
-    if site is not None:
-        env["PYTHONPATH"] = str(site)
+    if site is not None:  # before the caller's path (this checkout's packages), not in place of it
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
     env.update(env_extra or {})
     return subprocess.run([sys.executable, "-m", "reef_core", *args], env=env, capture_output=True,
                           text=True, timeout=120, cwd=cwd)
@@ -169,3 +169,84 @@ def test_hookspec_module_is_small_and_flat():
     tree = ast.parse(Path(hookspecs.__file__).read_text())
     funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
     assert all(len(f.body) == 1 for f in funcs)  # a docstring and nothing else
+
+
+# ------------------------------------------------------------------ registered by reference
+
+#: a recipe registered as "module:attr"; its module says on stderr when it is imported
+LAZY_RECIPE = """
+    from reef_core import hookimpl
+
+    @hookimpl
+    def register_recipes(register):
+        register("heavy", "lazy_recipe_impl:HeavyRecipe")
+        register("gone", "lazy_recipe_missing:Nothing")
+        register("hollow", "lazy_recipe_impl:Hollow")
+    """
+LAZY_RECIPE_IMPL = """
+    import sys
+
+    print("lazy_recipe_impl imported", file=sys.stderr)
+
+    class HeavyRecipe:
+        update_target = "none"; filters = (); batch_size = 0; default_evaluator = "always"
+
+        def __init__(self, depth: int = 1):
+            self.depth = depth
+
+        def propose(self, batch, current, ctx):
+            return None
+
+    class Hollow:
+        update_target = "none"; filters = (); batch_size = 0; default_evaluator = "always"
+    """
+
+
+@pytest.fixture()
+def lazy_site(tmp_path) -> Path:
+    site = tmp_path / "site"
+    site.mkdir()
+    _fake_dist(site, "lazy_recipe", LAZY_RECIPE)
+    (site / "lazy_recipe_impl.py").write_text(textwrap.dedent(LAZY_RECIPE_IMPL))
+    return site
+
+
+def test_a_reference_is_listed_without_importing_it(lazy_site, tmp_path):
+    listed = _reef(lazy_site, "plugins", "--json", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    info = {p["name"]: p for p in json.loads(listed.stdout)}
+    assert info["lazy_recipe"]["registered"] == {"recipe": ["gone", "heavy", "hollow"]}
+    assert "lazy_recipe_impl imported" not in listed.stderr
+
+
+def test_a_reference_is_imported_and_checked_when_selected(lazy_site, tmp_path):
+    cfg = _reef(lazy_site, "config", "recipe.name=heavy", "+recipe.depth=3", cwd=tmp_path)
+    assert cfg.returncode == 0, cfg.stderr
+    assert "lazy_recipe_impl imported" in cfg.stderr and "depth: 3" in cfg.stdout
+    bad = _reef(lazy_site, "config", "recipe.name=heavy", "+recipe.bogus=1", cwd=tmp_path)
+    assert bad.returncode == 2 and "recipe.bogus" in bad.stderr  # its constructor is the schema, as for a class
+
+
+@pytest.mark.parametrize(("recipe", "says"), [
+    ("gone", "(lazy_recipe_missing:Nothing) failed to load: ModuleNotFoundError"),
+    ("hollow", "without required member(s): propose"),
+])
+def test_a_broken_reference_fails_with_one_line_naming_its_plugin_when_selected(lazy_site, tmp_path, recipe, says):
+    result = _reef(lazy_site, "config", f"recipe.name={recipe}", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error: plugin 'lazy_recipe'") and recipe in last and says in last
+    assert "Traceback" not in result.stderr
+
+
+def test_a_reference_must_name_module_and_attribute(tmp_path, monkeypatch):
+    _fake_dist(tmp_path, "bad_reference", """
+        from reef_core import hookimpl
+
+        @hookimpl
+        def register_recipes(register):
+            register("nameless", "just_a_module")
+        """)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(PluginError, match="bad_reference.*'just_a_module'.*module:attr"):
+        load_plugins(env={"REEF_PLUGINS": "bad_reference"})

@@ -18,8 +18,6 @@ import logging
 import re
 from typing import Any
 
-import httpx
-
 from ..contracts import Recipe
 from ..hookspecs import hookimpl
 from ..kit.urls import basic_auth, split_url_credentials
@@ -172,6 +170,8 @@ class FeedbackRulesRecipe(Recipe):
         if credentials is not None and not headers:
             headers["authorization"] = basic_auth(credentials)
         body = {"model": cfg.get("model") or "default", "messages": messages, "max_tokens": 200, "temperature": 0}
+        import httpx  # here: every command loads the built-in plugins, few of them call a proposer
+
         r = httpx.post(url, json=body, headers=headers, timeout=float(cfg.get("timeout_s", 60)))
         if r.status_code >= 400:  # raise_for_status() would quote the URL
             raise RuntimeError(f"the proposer answered HTTP {r.status_code}")

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..contracts import RecordFilter
 from ..hookspecs import hookimpl
-from ..observe import Experience, ExperienceRecord, FilterContext
+from ..observe import Experience, ExperienceRecord
+
+if TYPE_CHECKING:  # eligibility reads the store, which loading the built-in plugins must not import
+    from ..observe import FilterContext
 
 
 class ScoredFilter(RecordFilter):

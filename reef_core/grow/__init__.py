@@ -1,10 +1,16 @@
 """Grow: per-scenario workers turn eligible experience into candidates (recipes) and hand
 them to Commit."""
 
-from .context import RecipeContext
-from .loop import LearningLoop
-from .plan import ScenarioPlan, resolve_plan
-from .progress import LogProgress, RichProgress
-from .step import StepResult
+from ..kit.lazy import lazy_exports
+
+# Loaded on first use: importing ``grow.context`` (a recipe's ``RecipeContext``) must not build
+# the learning loop, its config and its store.
+__getattr__ = lazy_exports(__name__, {
+    ".context": ("RecipeContext",),
+    ".loop": ("LearningLoop",),
+    ".plan": ("ScenarioPlan", "resolve_plan"),
+    ".progress": ("LogProgress", "RichProgress"),
+    ".step": ("StepResult",),
+})
 
 __all__ = ["LearningLoop", "LogProgress", "RecipeContext", "RichProgress", "ScenarioPlan", "StepResult", "resolve_plan"]

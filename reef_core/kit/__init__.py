@@ -26,6 +26,8 @@ where the code lives, not a separate surface. What is in the kit:
   a recipe that reads conversations from records (``reef_core.kit.records``).
 - ``jsonfast`` — ``dumps`` (to bytes), ``loads``, ``nesting_depth``: orjson when installed,
   the standard library otherwise.
+- ``lazy_exports`` — a package ``__getattr__`` that imports each public name on first use, so a
+  plugin's entry point loads without its heavy modules (``reef_core.kit.lazy``).
 
 The kernel itself uses the same code (``reef_core.adapter_table``, ``reef_core.serve.jsonfast``
 and ``reef_core.serve.http_transport`` re-export it), so there is one copy of each helper.
@@ -38,6 +40,7 @@ from typing import Any
 from . import jsonfast
 from .adapters import AdapterTable, Version, version_name
 from .graders import BUILTIN_GRADERS, graders_of
+from .lazy import lazy_exports
 from .records import chat_reply, chat_request
 from .tasks import content_text, task_body
 from .urls import basic_auth, redact_url, split_url_credentials
@@ -69,6 +72,7 @@ __all__ = [
     "content_text",
     "graders_of",
     "jsonfast",
+    "lazy_exports",
     "redact_url",
     "split_url_credentials",
     "task_body",

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import base64
 
-import httpx
-
 
 def split_url_credentials(url: str, key: str = "runtime.upstream_url") -> tuple[str, tuple[str, str] | None]:
     """``url`` without its ``user:password@`` part, and that part (percent-decoded), if any.
 
     A URL that does not parse is a ValueError that names the config ``key`` but does not quote
     the URL: it may hold a password (httpx's own message for ``http://user:pa/ss@host`` quotes part of it)."""
+    import httpx  # here, not at the top: the plugin kit is imported by every plugin's entry point
+
     try:
         parsed = httpx.URL(url)
     except (httpx.InvalidURL, TypeError, ValueError):
@@ -28,6 +28,8 @@ def split_url_credentials(url: str, key: str = "runtime.upstream_url") -> tuple[
 
 def redact_url(url: str) -> str:
     """``scheme://host[:port]`` of ``url``, for log lines: no credentials, path or query."""
+    import httpx
+
     try:
         parsed = httpx.URL(url)
     except (httpx.InvalidURL, TypeError, ValueError):

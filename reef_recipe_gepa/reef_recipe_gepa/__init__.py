@@ -17,18 +17,25 @@ from pathlib import Path
 from typing import Any
 
 from reef_core import hookimpl
+from reef_core.kit import lazy_exports
 
-from .adapter import ReefHarnessAdapter
-from .data import default_feedback, train_examples
-from .models import DspyLM, RuntimeLM
-from .recipe import RECIPE, GepaRecipe
+# Each name imports its module on first use: every ``reef`` command loads this plugin, and the
+# recipe imports GEPA's engine.
+__getattr__ = lazy_exports(__name__, {
+    ".adapter": ("ReefHarnessAdapter",),
+    ".data": ("default_feedback", "train_examples"),
+    ".models": ("DspyLM", "RuntimeLM"),
+    ".recipe": ("GepaRecipe",),
+})
+
+RECIPE = "gepa"
 
 __all__ = ["DspyLM", "GepaRecipe", "ReefHarnessAdapter", "RuntimeLM", "default_feedback", "train_examples"]
 
 
 @hookimpl
 def register_recipes(register: Any) -> None:
-    register(RECIPE, GepaRecipe)
+    register(RECIPE, f"{__name__}.recipe:GepaRecipe")
 
 
 @hookimpl
@@ -42,6 +49,8 @@ def startup(reef: Any) -> None:
     one line naming the key, exit 2, before the first request."""
     if reef.learning is None or reef.settings.group("recipe")[0] != RECIPE:
         return
+    from .recipe import GepaRecipe
+
     settings = reef.settings
     recipe = GepaRecipe(plugins=getattr(reef, "plugins", None))
     for scenario in sorted({settings.server.default_scenario, *settings.scenarios}):

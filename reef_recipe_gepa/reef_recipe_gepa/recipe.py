@@ -30,14 +30,12 @@ from gepa.utils import CompositeStopper, MaxMetricCallsStopper
 from reef_core import ActiveRelease, Batch, Candidate, ConfigError, Recipe
 from reef_core.kit import graders_of
 
-from . import archive
+from . import RECIPE, archive
 from .adapter import ReefHarnessAdapter, component_texts, write_components
 from .data import fingerprint, load_valset, train_examples
 from .models import check_reflection, reflection_model
 
 log = logging.getLogger("reef.recipe.gepa")
-
-RECIPE = "gepa"
 
 
 class GepaRecipe(Recipe):

@@ -19,16 +19,21 @@ from pathlib import Path
 from typing import Any
 
 from reef_core import ConfigError, hookimpl, require_trainable
+from reef_core.kit import lazy_exports
 
-from .dispatch import Dispatch, DispatchCounters, dispatch
-from .judge import Judge, OpenAIJudge, RuntimeJudge, build_judge, register_judge, unregister_judge
-from .learner import Learner, LearnerOptions, TrainTurn
-from .loss import openclaw_loss, select_candidates
-from .prm import JudgeResult, aggregate_votes, hint_candidates, judge_turn, parse_boxed, parse_hint
-from .processor import ProcessorOptions, TurnProcessor
-from .recipe import OpenClawRecipe
-from .service import OpenClawService
-from .sessions import BoundTurn, NextState, SessionIndex, Turn
+# Each name imports its module on first use: every ``reef`` command loads this plugin, and the
+# learner imports torch.
+__getattr__ = lazy_exports(__name__, {
+    ".dispatch": ("Dispatch", "DispatchCounters", "dispatch"),
+    ".judge": ("Judge", "OpenAIJudge", "RuntimeJudge", "build_judge", "register_judge", "unregister_judge"),
+    ".learner": ("Learner", "LearnerOptions", "TrainTurn"),
+    ".loss": ("openclaw_loss", "select_candidates"),
+    ".prm": ("JudgeResult", "aggregate_votes", "hint_candidates", "judge_turn", "parse_boxed", "parse_hint"),
+    ".processor": ("ProcessorOptions", "TurnProcessor"),
+    ".recipe": ("OpenClawRecipe",),
+    ".service": ("OpenClawService",),
+    ".sessions": ("BoundTurn", "NextState", "SessionIndex", "Turn"),
+})
 
 RECIPE = "openclaw"
 
@@ -64,12 +69,12 @@ __all__ = [
 ]
 
 #: the service of each running kernel (by id), so ``shutdown`` stops the one ``startup`` started
-_services: dict[int, OpenClawService] = {}
+_services: dict[int, Any] = {}
 
 
 @hookimpl
 def register_recipes(register):
-    register(RECIPE, OpenClawRecipe)
+    register(RECIPE, f"{__name__}.recipe:OpenClawRecipe")
 
 
 @hookimpl
@@ -89,6 +94,9 @@ async def startup(reef: Any) -> None:
         raise ConfigError(f"{exc} (configured: runtime={reef.settings.group('runtime')[0]})") from None
     if not reef.background:
         return
+    from .recipe import OpenClawRecipe
+    from .service import OpenClawService
+
     service = OpenClawService(reef, OpenClawRecipe)
     await service.start()
     reef.register(service, name="reef_recipe_openclaw.service")

@@ -16,10 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from reef_core import ConfigError, Experience, RecordFilter, hookimpl, require_trainable
+from reef_core.kit import lazy_exports
 
-from .advantages import group_normalized_advantages, length_adaptive_lambda, skip_observation_gae
-from .learner import Learner, LearnerOptions, Rollout
-from .recipe import SAORecipe
+# Each name imports its module on first use: every ``reef`` command loads this plugin, and the
+# learner imports torch.
+__getattr__ = lazy_exports(__name__, {
+    ".advantages": ("group_normalized_advantages", "length_adaptive_lambda", "skip_observation_gae"),
+    ".learner": ("Learner", "LearnerOptions", "Rollout"),
+    ".recipe": ("SAORecipe",),
+})
 
 RECIPE = "sao"
 
@@ -45,7 +50,7 @@ class SingleReferenceFilter(RecordFilter):
 
 @hookimpl
 def register_recipes(register):
-    register(RECIPE, SAORecipe)
+    register(RECIPE, f"{__name__}.recipe:SAORecipe")
 
 
 @hookimpl

@@ -15,12 +15,18 @@ from pathlib import Path
 from typing import Any
 
 from reef_core import hookimpl
+from reef_core.kit import lazy_exports
 
-from .digest import NO_SKILL, SessionDigest, build_digest, group_by_skill
-from .evolver import EndpointEvolver, Evolver, EvolverError, RetryingEvolver, RuntimeEvolver, parse_json
-from .night import Night, NightResult, load_prompts
-from .pool import Skill, SkillPool
-from .recipe import RECIPE, SkillClawRecipe
+# Each name imports its module on first use: every ``reef`` command loads this plugin.
+__getattr__ = lazy_exports(__name__, {
+    ".digest": ("NO_SKILL", "SessionDigest", "build_digest", "group_by_skill"),
+    ".evolver": ("EndpointEvolver", "Evolver", "EvolverError", "RetryingEvolver", "RuntimeEvolver", "parse_json"),
+    ".night": ("Night", "NightResult", "load_prompts"),
+    ".pool": ("Skill", "SkillPool"),
+    ".recipe": ("SkillClawRecipe",),
+})
+
+RECIPE = "skillclaw"
 
 __all__ = ["NO_SKILL", "EndpointEvolver", "Evolver", "EvolverError", "Night", "NightResult", "RetryingEvolver",
            "RuntimeEvolver", "SessionDigest", "Skill", "SkillClawRecipe", "SkillPool", "build_digest",
@@ -29,7 +35,7 @@ __all__ = ["NO_SKILL", "EndpointEvolver", "Evolver", "EvolverError", "Night", "N
 
 @hookimpl
 def register_recipes(register: Any) -> None:
-    register(RECIPE, SkillClawRecipe)
+    register(RECIPE, f"{__name__}.recipe:SkillClawRecipe")
 
 
 @hookimpl

@@ -15,12 +15,11 @@ from typing import Any
 
 from reef_core import ActiveRelease, Batch, Candidate, Recipe
 
+from . import RECIPE
 from .digest import build_digest
 from .evolver import RetryingEvolver, build_evolver, check_evolver
 from .night import DEFAULT_WEIGHTS, DIMENSIONS, Night, load_prompts
 from .pool import SkillPool
-
-RECIPE = "skillclaw"
 
 
 class SkillClawRecipe(Recipe):

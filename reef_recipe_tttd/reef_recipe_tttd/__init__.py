@@ -20,17 +20,22 @@ import os
 from pathlib import Path
 
 from reef_core import ConfigError, hookimpl, require_trainable
+from reef_core.kit import lazy_exports
 
-from .advantages import entropic_loo_advantages, fold_kl, mean_baseline_advantages, solve_beta
-from .archive import Child, Node, PUCTArchive
-from .grid import GridError, GridFilter, barrier, informative_groups
-from .guidance import GuidanceAttempt, OpenAIExecutor, keyword_executor, parse_guidance, register_executor
-from .harness import DirectAttempt, Outcome, SearchHarness, SearchSettings, StepAborted, StepFailed
-from .judge import Judge, Limits
-from .learner import Learner, LearnerOptions, Rollout
-from .loss import importance_sampling_loss
-from .recipe import TTTDRecipe
-from .tasks import CirclePacking, NumericSpread, Task, Verdict, load_task
+# Each name imports its module on first use: every ``reef`` command loads this plugin, and the
+# learner imports torch.
+__getattr__ = lazy_exports(__name__, {
+    ".advantages": ("entropic_loo_advantages", "fold_kl", "mean_baseline_advantages", "solve_beta"),
+    ".archive": ("Child", "Node", "PUCTArchive"),
+    ".grid": ("GridError", "GridFilter", "barrier", "informative_groups"),
+    ".guidance": ("GuidanceAttempt", "OpenAIExecutor", "keyword_executor", "parse_guidance", "register_executor"),
+    ".harness": ("DirectAttempt", "Outcome", "SearchHarness", "SearchSettings", "StepAborted", "StepFailed"),
+    ".judge": ("Judge", "Limits"),
+    ".learner": ("Learner", "LearnerOptions", "Rollout"),
+    ".loss": ("importance_sampling_loss",),
+    ".recipe": ("TTTDRecipe",),
+    ".tasks": ("CirclePacking", "NumericSpread", "Task", "Verdict", "load_task"),
+})
 
 RECIPE = "tttd"
 
@@ -74,12 +79,12 @@ __all__ = [
 
 @hookimpl
 def register_recipes(register):
-    register(RECIPE, TTTDRecipe)
+    register(RECIPE, f"{__name__}.recipe:TTTDRecipe")
 
 
 @hookimpl
 def register_record_filters(register):
-    register("tttd_grid", GridFilter)
+    register("tttd_grid", f"{__name__}.grid:GridFilter")
 
 
 @hookimpl
