@@ -70,6 +70,16 @@ def register_artifact_stores(register):
     """Register artifact stores with ``register(name, cls)``; each keeps a scenario's append-only release chain."""
 
 
+# --------------------------------------------------------------------------- command line
+
+
+@hookspec
+def register_commands(cli):
+    """Add commands to the ``reef`` command line: ``cli`` is its click group (``cli.add_command(group)``
+    or ``@cli.command()``). Called when the commands are listed or one Reef does not have is named, so
+    the hook must stay cheap: import what a command needs inside the command, not in the hook."""
+
+
 # --------------------------------------------------------------------------- lifecycle
 
 

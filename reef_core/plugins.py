@@ -132,7 +132,18 @@ class Plugins:
                     regs[kind] = mine
             item["registered"] = regs
             out.append(item)
+        commands = self.commands()
+        for item in out:
+            mine = sorted(n for n, plugin in commands.items() if plugin == item["name"])
+            if mine:
+                item["registered"]["command"] = mine
         return out
+
+    def commands(self) -> dict[str, str]:
+        """The commands plugins add to ``reef``, ``{name: plugin}`` (added to a group of their own)."""
+        import click
+
+        return add_commands(self, click.Group("reef"))
 
 
 def _allowed_plugins(env: dict[str, str]) -> set[str] | None:
@@ -229,6 +240,31 @@ def _collect(pm: pluggy.PluginManager, kind: str) -> dict[str, Registered]:
                 f"plugin {plugin!r} failed in {HOOK_FOR_KIND[kind]}: {type(exc).__name__}: {exc}"
             ) from exc
     return found
+
+
+def add_commands(plugins: Plugins, cli: Any) -> dict[str, str]:
+    """Let each plugin add its commands to the click group ``cli`` (``register_commands``), one
+    plugin at a time; the names each added, ``{command: plugin}``. A name the group already has
+    (Reef's own command or another plugin's) is kept and the plugin refused, with one line
+    naming both; a hook that fails is a PluginError naming its plugin."""
+    added: dict[str, str] = {}
+    for impl in plugins.pm.hook.register_commands.get_hookimpls():
+        plugin = _plugin_name(plugins.pm, impl)
+        before = dict(cli.commands)
+        try:
+            impl.function(cli=cli)
+        except PluginError:
+            raise
+        except Exception as exc:
+            raise PluginError(f"plugin {plugin!r} failed in register_commands: {type(exc).__name__}: {exc}") from exc
+        for name, command in list(cli.commands.items()):
+            if name not in before:
+                added[name] = plugin
+            elif command is not before[name]:
+                cli.commands[name] = before[name]
+                owner = f"plugin {added[name]!r}" if name in added else "reef"
+                raise PluginError(f"plugin {plugin!r} adds the command {name!r}, which {owner} already has")
+    return added
 
 
 def _collect_config_dirs(pm: pluggy.PluginManager) -> list[tuple[str, Path]]:

@@ -250,3 +250,89 @@ def test_a_reference_must_name_module_and_attribute(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(PluginError, match="bad_reference.*'just_a_module'.*module:attr"):
         load_plugins(env={"REEF_PLUGINS": "bad_reference"})
+
+
+# ------------------------------------------------------------------ commands (register_commands)
+
+COMMANDS = {
+    "hello_command": """
+        import click
+        from reef_core import hookimpl
+
+        @hookimpl
+        def register_commands(cli):
+            @cli.command("hello")
+            @click.argument("who")
+            def hello(who):
+                \"\"\"Say hello to WHO.\"\"\"
+                click.echo(f"hello {who}")
+        """,
+    "takes_serve": """
+        import click
+        from reef_core import hookimpl
+
+        @hookimpl
+        def register_commands(cli):
+            @cli.command("serve")
+            def serve():
+                \"\"\"Not Reef's serve.\"\"\"
+        """,
+    "command_hook_raises": """
+        from reef_core import hookimpl
+
+        @hookimpl
+        def register_commands(cli):
+            raise RuntimeError("no commands today")
+        """,
+}
+
+
+def _command_site(tmp_path: Path, *names: str) -> Path:
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    for name in names:
+        _fake_dist(site, name, COMMANDS[name])
+    return site
+
+
+def test_a_plugin_command_is_listed_run_and_described(tmp_path):
+    site = _command_site(tmp_path, "hello_command")
+    helped = _reef(site, "--help", cwd=tmp_path)
+    assert helped.returncode == 0 and "hello" in helped.stdout and "Say hello to WHO." in helped.stdout
+    ran = _reef(site, "hello", "world", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "hello world\n"
+    listed = _reef(site, "plugins", "--json", cwd=tmp_path)
+    info = {p["name"]: p for p in json.loads(listed.stdout)}
+    assert info["hello_command"]["registered"] == {"command": ["hello"]}
+    assert "register_commands" in info["hello_command"]["hooks"]
+
+
+def test_a_plugin_command_is_not_there_when_the_plugin_is_not_allowed(tmp_path):
+    site = _command_site(tmp_path, "hello_command")
+    ran = _reef(site, "hello", "world", env_extra={"REEF_PLUGINS": ""}, cwd=tmp_path)
+    assert ran.returncode == 2 and "No such command 'hello'" in ran.stderr
+
+
+def test_a_plugin_cannot_take_a_command_reef_has(tmp_path):
+    site = _command_site(tmp_path, "takes_serve", "hello_command")
+    helped = _reef(site, "--help", cwd=tmp_path)  # help still lists Reef's own, and says why not the rest
+    assert helped.returncode == 0 and "Run the server." in helped.stdout
+    assert "takes_serve" in helped.stderr and "'serve'" in helped.stderr and "reef already has" in helped.stderr
+    other = _reef(site, "hello", "x", cwd=tmp_path)
+    assert other.returncode == 2
+    assert other.stderr.strip().splitlines() == [
+        "Error: plugin 'takes_serve' adds the command 'serve', which reef already has"]
+    own = _reef(site, "serve", "--help", cwd=tmp_path)  # Reef's own command never asks the plugins
+    assert own.returncode == 0 and "Run the server." in own.stdout
+
+
+def test_a_failing_command_hook_is_one_line_and_spares_reefs_own_commands(tmp_path):
+    site = _command_site(tmp_path, "command_hook_raises")
+    result = _reef(site, "nosuch", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "Error: plugin 'command_hook_raises' failed in register_commands: RuntimeError: no commands today"]
+    cfg = _reef(site, "config", cwd=tmp_path)
+    assert cfg.returncode == 0, cfg.stderr
+

@@ -67,6 +67,7 @@ def test_discovering_every_plugin_imports_no_training_code(tmp_path):
     pytest.param(("--help",), HEAVY, id="reef --help"),
     pytest.param(("config",), HEAVY, id="reef config"),
     pytest.param(("plugins",), ("torch", "transformers"), id="reef plugins"),
+    pytest.param(("tttd", "--help"), ("torch", "transformers"), id="reef tttd --help"),
 ])
 def test_a_command_imports_only_what_it_uses(tmp_path, argv, heavy):
     modules, done = modules_after(tmp_path, "from reef_core.cli import main\nmain()\n", *argv)

@@ -4,14 +4,14 @@ with its search harness.
 The recipe (``recipe=tttd``) trains the served model's LoRA once per complete G×R grid of
 scored attempts: adaptive-β entropic leave-one-out advantages, the centred frozen-base KL folded
 in, the un-clipped importance-sampling token-sum loss, one Adam step. The search harness
-(``python -m reef_recipe_tttd run TASK``, or ``SearchHarness``) is an ordinary Reef client: a PUCT
-archive picks parents, the policy samples through Reef, a sandboxed judge scores, every attempt
-is reported at its grid coordinate and the archive commits once the step's release serves.
+(``reef tttd run TASK``, or ``SearchHarness``) is an ordinary Reef client: a PUCT archive
+picks parents, the policy samples through Reef, a sandboxed judge scores, every attempt is
+reported at its grid coordinate and the archive commits once the step's release serves.
 Guidance-TTT (``GuidanceAttempt``) trains a guide while a frozen executor writes solutions.
 
 Hooks: the ``tttd`` recipe, the ``tttd_grid`` record filter, the config group
-``recipe/tttd.yaml``, and a start-up check that refuses a runtime training cannot reach (except
-for ``variant: search-only``, which trains nothing).
+``recipe/tttd.yaml``, the ``reef tttd`` commands, and a start-up check that refuses a runtime
+training cannot reach (except for ``variant: search-only``, which trains nothing).
 """
 
 from __future__ import annotations
@@ -85,6 +85,13 @@ def register_recipes(register):
 @hookimpl
 def register_record_filters(register):
     register("tttd_grid", f"{__name__}.grid:GridFilter")
+
+
+@hookimpl
+def register_commands(cli):
+    from .cli import tttd  # click only: the search harness is imported when a search runs
+
+    cli.add_command(tttd)
 
 
 @hookimpl

@@ -1,3 +1,5 @@
+"""``python -m reef_recipe_tttd``: the ``reef tttd`` commands under the package's name."""
+
 from .cli import main
 
-raise SystemExit(main())
+main()
