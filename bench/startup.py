@@ -11,9 +11,11 @@ Reported per target, median and minimum of ``--runs``, the runs of the targets i
 the seconds from process start to exit for ``reef --help``, ``reef config`` and ``reef
 plugins``; for ``reef serve`` (the default config: record-only recipe ``basic``, runtime
 ``upstream`` on the proxy bench's stub) the seconds to the first healthy ``/healthz`` (polled
-every 10 ms, on a fresh state dir each: the first run creates and migrates the store) and the
-RSS then. With ``--baseline DIR`` a Reef from another source tree (a ``git worktree`` of an
-older commit) runs alternately, and ``base/reef`` gives how many times faster this tree is.
+every 10 ms; a fresh state dir each time, so each start creates and migrates the store) and the
+RSS then; and for each, the process's CPU seconds (user + system), which a busy machine changes
+less than the wall time. With ``--baseline DIR`` a Reef from another source tree (a ``git
+worktree`` of an older commit) runs alternately, and ``base/reef`` says how many times faster
+this tree is.
 Targets (issue 28): ``--help`` <= 0.5 s, ``config`` <= 1 s, ``plugins`` <= 1.5 s, ``serve``
 healthy <= 1.5 s and <= 120 MB (the serving-overhead issue).
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import signal
 import statistics
@@ -66,17 +69,31 @@ def check_sources(env: dict, cwd: Path, tree: Path) -> None:
         raise SystemExit(f"a Reef of {tree} would import from elsewhere: {outside or found.stderr.strip()}")
 
 
-def one_command(env: dict, cwd: Path, argv: tuple[str, ...]) -> float:
+def cpu_of_child(before: resource.struct_rusage) -> float:
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def cpu_of(pid: int) -> float:
+    """User plus system CPU seconds process ``pid`` has used so far (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def one_command(env: dict, cwd: Path, argv: tuple[str, ...]) -> tuple[float, float]:
+    """(wall seconds to exit, CPU seconds) of ``reef ARGV``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", ENTRY, *argv], env=env, cwd=cwd, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True, timeout=300)
     took = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"reef {' '.join(argv)} failed: {done.stderr.strip()}")
-    return took
+    return took, cpu_of_child(before)
 
 
-def one_start(env: dict, state: Path, upstream: str, timeout: float = 60) -> tuple[float, float]:
+def one_start(env: dict, state: Path, upstream: str, timeout: float = 60) -> tuple[float, float, float]:
+    """(wall seconds to healthy, CPU seconds until then, RSS MB then) of ``reef serve``."""
     port = free_port()
     state.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -89,7 +106,7 @@ def one_start(env: dict, state: Path, upstream: str, timeout: float = 60) -> tup
             if proc.poll() is not None or time.perf_counter() - started > timeout:
                 raise SystemExit(f"reef serve did not become healthy (exit code {proc.poll()})")
             time.sleep(0.01)
-        return time.perf_counter() - started, status_memory(proc.pid)["VmRSS"] / 2**20
+        return time.perf_counter() - started, cpu_of(proc.pid), status_memory(proc.pid)["VmRSS"] / 2**20
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -121,6 +138,7 @@ def main() -> None:
                             env=targets["reef"])
     upstream = f"http://127.0.0.1:{stub_port}"
     times: dict[str, dict[str, list[float]]] = {name: {c: [] for c in [*COMMANDS, "serve"]} for name in targets}
+    cpu: dict[str, dict[str, list[float]]] = {name: {c: [] for c in [*COMMANDS, "serve"]} for name in targets}
     rss: dict[str, list[float]] = {name: [] for name in targets}
     try:
         if not wait_http(stub_port, "/v1/models", stub):
@@ -132,9 +150,12 @@ def main() -> None:
         for i in range(args.runs):
             for name, target_env in targets.items():
                 for command, argv in COMMANDS.items():
-                    times[name][command].append(one_command(target_env, tmp, argv))
-                secs, mb = one_start(target_env, tmp / f"{name}-{i}" / "state", upstream)
+                    secs, used = one_command(target_env, tmp, argv)
+                    times[name][command].append(secs)
+                    cpu[name][command].append(used)
+                secs, used, mb = one_start(target_env, tmp / f"{name}-{i}" / "state", upstream)
                 times[name]["serve"].append(secs)
+                cpu[name]["serve"].append(used)
                 rss[name].append(mb)
     finally:
         stub.send_signal(signal.SIGTERM)
@@ -143,21 +164,23 @@ def main() -> None:
     print(f"{args.runs} runs per command and target, interleaved; "
           f"{'built-in plugins only' if args.no_plugins else 'every installed plugin'}; load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
-    header = f"{'command':<21}" + "".join(f"{name + ' s (median/min)':>24}" for name in targets)
-    print(header + (f"{'base/reef':>11}" if "base" in targets else "") + f"{'target':>9}")
+    print("wall s: median / min of the runs; CPU s: median user+system of the process (what a busy machine "
+          "changes least)")
+    header = f"{'command':<21}" + "".join(f"{name + ' wall s':>17}{name + ' CPU s':>12}" for name in targets)
+    print(header + (f"{'base/reef wall':>16}{'CPU':>7}" if "base" in targets else "") + f"{'target':>9}")
     for command in [*COMMANDS, "serve"]:
         shown = "reef " + command + (" (healthy)" if command == "serve" else "")
         row = f"{shown:<21}"
+        med = {name: statistics.median(times[name][command]) for name in targets}
+        med_cpu = {name: statistics.median(cpu[name][command]) for name in targets}
         for name in targets:
-            row += f"{statistics.median(times[name][command]):>16.2f} / {min(times[name][command]):<5.2f}"
+            row += f"{med[name]:>9.2f} / {min(times[name][command]):<5.2f}{med_cpu[name]:>12.2f}"
         if "base" in targets:
-            row += f"{statistics.median(times['base'][command]) / statistics.median(times['reef'][command]):>10.2f}x"
-        median = statistics.median(times["reef"][command])
-        row += f"  <= {TARGETS_S[command]:<4} {'ok' if median <= TARGETS_S[command] else 'OVER'}"
+            row += f"{med['base'] / med['reef']:>15.2f}x{med_cpu['base'] / med_cpu['reef']:>6.2f}x"
+        row += f"  <= {TARGETS_S[command]:<4} {'ok' if med['reef'] <= TARGETS_S[command] else 'OVER'}"
         print(row)
     print("serve RSS MB (median): " + ", ".join(f"{name} {statistics.median(mb):.0f}" for name, mb in rss.items())
           + " (target <= 120)")
-
 
 if __name__ == "__main__":
     main()
