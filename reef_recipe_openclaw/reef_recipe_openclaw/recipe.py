@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from reef_core import ActiveRelease, Batch, Candidate, Experience, Recipe, RecipeContext, require_trainable
+from reef_train import LoraOptions
 from reef_train.backend import TrainerError, make_trainer
 
 from .dispatch import dispatch
@@ -97,8 +98,13 @@ class OpenClawRecipe(Recipe):
             problems.append(f"hint_selection must be one of {', '.join(HINT_SELECTIONS)}")
         if subset_mode not in ("student", "teacher", "overlap"):
             problems.append("subset_mode must be student, teacher or overlap")
-        if lr <= 0 or weight_decay < 0 or lora_rank < 1 or lora_alpha < 1 or max_grad_norm <= 0:
-            problems.append("lr, lora_rank, lora_alpha and max_grad_norm must be above 0, weight_decay 0 or more")
+        try:
+            #: the policy's LoRA and its AdamW (betas 0.9, 0.98, as the reference)
+            self.lora = LoraOptions(lr=lr, lora_rank=lora_rank, lora_alpha=lora_alpha, lora_lm_head=lora_lm_head,
+                                    max_grad_norm=max_grad_norm, beta2=0.98, weight_decay=weight_decay,
+                                    device=device, seed=seed)
+        except ValueError as exc:
+            problems.append(str(exc))
         try:
             #: where the training step runs (``reef_train.make_trainer``: local or ray)
             self.trainer = make_trainer(trainer)
@@ -120,10 +126,10 @@ class OpenClawRecipe(Recipe):
             prm_max_hint_candidates=int(prm_max_hint_candidates), top_k=int(top_k))
         self.learner_options = LearnerOptions(
             w_rl=float(w_rl), w_opd=float(w_opd), adv_diff_clip=float(adv_diff_clip), hint_selection=hint_selection,
-            subset_mode=subset_mode, clip_low=float(clip_low), clip_high=float(clip_high), lr=float(lr),
-            weight_decay=float(weight_decay), steps_per_batch=int(steps_per_batch), lora_rank=int(lora_rank),
-            lora_alpha=int(lora_alpha), lora_lm_head=bool(lora_lm_head), max_grad_norm=float(max_grad_norm),
-            device=str(device), seed=int(seed))
+            subset_mode=subset_mode, clip_low=float(clip_low), clip_high=float(clip_high), lr=self.lora.lr,
+            weight_decay=self.lora.weight_decay, steps_per_batch=int(steps_per_batch), lora_rank=self.lora.lora_rank,
+            lora_alpha=self.lora.lora_alpha, lora_lm_head=self.lora.lora_lm_head,
+            max_grad_norm=self.lora.max_grad_norm, device=self.lora.device, seed=self.lora.seed)
         self.state_root = Path(state_dir) / "openclaw" if state_dir is not None else None
         self.prm_record_file = prm_record_file
 

@@ -67,6 +67,9 @@ def test_declarations():
     assert recipe.top_logprobs == 5            # what the runtime records for this recipe's scenarios
     with pytest.raises(ValueError, match="w_rl and w_opd"):
         OpenClawRecipe(w_rl=0, w_opd=0)
+    with pytest.raises(ValueError, match=r"weight_decay must be a number of 0 or more, not -1"):
+        OpenClawRecipe(weight_decay=-1)
+    assert (OpenClawRecipe().lora.beta2, OpenClawRecipe().lora.weight_decay) == (0.98, 0.1)  # the reference's AdamW
 
 
 def test_every_turn_says_how_it_trains(tmp_path, tiny_model_dir, tokenizer, batch):

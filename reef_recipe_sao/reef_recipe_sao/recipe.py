@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from reef_core import ActiveRelease, Batch, Candidate, Experience, Recipe, RecipeContext, require_trainable
+from reef_train import LoraOptions
 from reef_train.backend import TrainerError, make_trainer
 
 from .learner import LEARNER_DIR, LearnerOptions, Rollout, read_state
@@ -66,8 +67,8 @@ class SAORecipe(Recipe):
             problems.append("batch_size and steps_per_candidate must be 1 or more")
         if max_staleness < 0:
             problems.append("max_staleness must be 0 or more")
-        if lr <= 0 or critic_lr <= 0:
-            problems.append("lr and critic_lr must be above 0")
+        if not critic_lr > 0:
+            problems.append("critic_lr must be above 0")
         if critic_steps_per_actor < 0 or num_critic_only_steps < 0:
             problems.append("critic_steps_per_actor and num_critic_only_steps must be 0 or more")
         if not 0 < eps_clip_low <= 1 or eps_clip_high <= 0:
@@ -82,8 +83,12 @@ class SAORecipe(Recipe):
         if mode == "grpo_dis" and batch_size % max(n_samples_per_prompt, 1):
             problems.append("in mode grpo_dis batch_size must be a multiple of n_samples_per_prompt, so a batch "
                             "holds whole groups")
-        if lora_rank < 1 or lora_alpha < 1 or max_grad_norm <= 0:
-            problems.append("lora_rank, lora_alpha and max_grad_norm must be above 0")
+        try:
+            #: the policy's (and the critic's) LoRA and optimizer
+            self.lora = LoraOptions(lr=lr, lora_rank=lora_rank, lora_alpha=lora_alpha, lora_lm_head=lora_lm_head,
+                                    max_grad_norm=max_grad_norm, device=device, seed=seed)
+        except ValueError as exc:
+            problems.append(str(exc))
         try:
             #: where the training step runs (``reef_train.make_trainer``: local or ray)
             self.trainer = make_trainer(trainer)
@@ -100,11 +105,11 @@ class SAORecipe(Recipe):
         self.max_staleness = int(max_staleness)
         self.n_samples_per_prompt = int(n_samples_per_prompt)
         self.options = LearnerOptions(
-            mode=mode, lr=float(lr), critic_lr=float(critic_lr), critic_steps_per_actor=int(critic_steps_per_actor),
+            mode=mode, lr=self.lora.lr, critic_lr=float(critic_lr), critic_steps_per_actor=int(critic_steps_per_actor),
             num_critic_only_steps=int(num_critic_only_steps), eps_clip_low=float(eps_clip_low),
             eps_clip_high=float(eps_clip_high), lambda_alpha=float(lambda_alpha), gamma=float(gamma),
-            lora_rank=int(lora_rank), lora_alpha=int(lora_alpha), lora_lm_head=bool(lora_lm_head),
-            max_grad_norm=float(max_grad_norm), device=str(device), seed=int(seed))
+            lora_rank=self.lora.lora_rank, lora_alpha=self.lora.lora_alpha, lora_lm_head=self.lora.lora_lm_head,
+            max_grad_norm=self.lora.max_grad_norm, device=self.lora.device, seed=self.lora.seed)
         # Warm-up state (critic-only steps change no policy, so no candidate carries them) sits
         # on top of the serving release it extends, under the state directory.
         self.warmup_root = Path(state_dir) / "sao" if state_dir is not None else Path(tempfile.mkdtemp(prefix="reef-sao-"))

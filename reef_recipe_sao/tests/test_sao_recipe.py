@@ -62,6 +62,12 @@ def test_declares_scored_single_reference_and_freshness_filters():
     assert SAORecipe(max_staleness=3).filters == ["scored", "single_reference", ("freshness", {"max_behind": 3})]
 
 
+def test_lora_options_are_checked_by_reef_train_with_the_recipes_names():
+    with pytest.raises(ValueError, match=r"critic_lr must be above 0.*lora_rank must be an integer of 1 or more, not 0"):
+        SAORecipe(critic_lr=0, lora_rank=0)
+    assert SAORecipe(lr=0.05, lora_lm_head=True).lora.lr == 0.05
+
+
 def test_multi_reference_and_unusable_reports_are_not_trained_on(tmp_path, runtime, batch):
     exp = list(batch)
     two_refs = experience(90, 1.0, exp[0].records[0], exp[1].records[0])

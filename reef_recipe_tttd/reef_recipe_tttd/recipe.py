@@ -19,6 +19,7 @@ import math
 from typing import Any
 
 from reef_core import ActiveRelease, Batch, Candidate, RecipeContext, require_trainable
+from reef_train import LoraOptions
 
 from .grid import GridError, barrier, informative_groups
 from .learner import LEARNER_DIR, Learner, LearnerOptions, Rollout, read_state, reward_stats
@@ -44,12 +45,15 @@ class TTTDRecipe:
             problems.append("groups_per_step must be 1 or more and rollouts_per_group 2 or more")
         if max_staleness < 0:
             problems.append("max_staleness must be 0 or more")
-        if lr <= 0 or eps <= 0 or not (0 <= beta1 < 1 and 0 <= beta2 < 1) or weight_decay < 0:
-            problems.append("lr and eps must be above 0, beta1 and beta2 in [0, 1), weight_decay 0 or more")
         if kl_coef < 0 or not math.isfinite(kl_coef):
             problems.append("kl_coef must be 0 or more")
-        if lora_rank < 1 or lora_alpha < 1:
-            problems.append("lora_rank and lora_alpha must be 1 or more")
+        try:
+            #: the policy's LoRA and its Adam (L2 weight decay, no gradient clipping: the reference's)
+            self.lora = LoraOptions(lr=lr, lora_rank=lora_rank, lora_alpha=lora_alpha, lora_lm_head=lora_lm_head,
+                                    max_grad_norm=None, optimizer="adam", beta1=beta1, beta2=beta2, eps=eps,
+                                    weight_decay=weight_decay, device=device, seed=seed)
+        except ValueError as exc:
+            problems.append(str(exc))
         if micro_batch_tokens < 1:
             problems.append("micro_batch_tokens must be 1 or more")
         if problems:
@@ -60,9 +64,10 @@ class TTTDRecipe:
         self.batch_size = self.groups * self.rollouts
         self.max_staleness = int(max_staleness)
         self.options = LearnerOptions(
-            variant=variant, lr=float(lr), beta1=float(beta1), beta2=float(beta2), eps=float(eps),
-            weight_decay=float(weight_decay), kl_coef=float(kl_coef), lora_rank=int(lora_rank),
-            lora_alpha=int(lora_alpha), lora_lm_head=bool(lora_lm_head), device=str(device), seed=int(seed),
+            variant=variant, lr=self.lora.lr, beta1=self.lora.beta1, beta2=self.lora.beta2, eps=self.lora.eps,
+            weight_decay=self.lora.weight_decay, kl_coef=float(kl_coef), lora_rank=self.lora.lora_rank,
+            lora_alpha=self.lora.lora_alpha, lora_lm_head=self.lora.lora_lm_head, device=self.lora.device,
+            seed=self.lora.seed,
             micro_batch_tokens=int(micro_batch_tokens))
 
     @property

@@ -140,6 +140,9 @@ def test_options_are_checked():
         TTTDRecipe(variant="ppo")
     with pytest.raises(ValueError, match="rollouts_per_group"):
         TTTDRecipe(rollouts_per_group=1)
+    with pytest.raises(ValueError, match=r"beta1 must be a number in \[0, 1\), not 1.5"):
+        TTTDRecipe(beta1=1.5)
+    assert (TTTDRecipe().lora.optimizer, TTTDRecipe().lora.max_grad_norm) == ("adam", None)  # the reference's Adam
     r = TTTDRecipe(groups_per_step=3, rollouts_per_group=4)
     assert r.batch_size == 12 and r.default_evaluator == "always"
     assert ("tttd_grid", {"groups_per_step": 3, "rollouts_per_group": 4}) in r.filters

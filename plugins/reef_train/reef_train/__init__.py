@@ -16,6 +16,8 @@ The pieces, each usable alone:
 * ``losses`` — ``importance_ratios``, ``policy_gradient_loss`` (REINFORCE with advantages),
   ``ppo_clip_loss``, ``dis_loss`` (decoupled importance sampling against recorded rollout
   logprobs), ``kl_penalty`` (k1/k3 estimators) — masked token losses;
+* ``options`` — ``LoraOptions``: a new LoRA's shape, its optimizer (AdamW or Adam), gradient
+  clipping, device and seed, named as the recipes' options and checked in one place;
 * ``optim`` — ``make_optimizer`` / ``optimizer_step``: AdamW over the LoRA parameters only;
 * ``rollout`` — sample completions with their sampling logprobs from the training copy;
 * ``training`` — ``PolicyTrainer``, the usual loop around them, with a tqdm progress bar;
@@ -42,6 +44,7 @@ from .losses import (
     ppo_clip_loss,
 )
 from .optim import make_optimizer, optimizer_step, trainable_parameters
+from .options import LoraOptions
 from .policy import (
     linear_module_names,
     load_policy,
@@ -56,6 +59,7 @@ from .training import PolicyTrainer
 
 __all__ = [
     "LocalTrainer",
+    "LoraOptions",
     "PolicyTrainer",
     "Sample",
     "TokenBatch",
