@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from reef_train import vocab_logprobs
+
 from .loss import openclaw_loss, select_candidates
 
 HINT_PREFIX = "\n\nHint: "
@@ -115,15 +117,6 @@ def teacher_prompt_ids(tokenizer: Any, request: dict[str, Any], route: str | Non
 # ---------------------------------------------------------------------- the step
 
 
-def response_logp(model: Any, prompt_ids: Sequence[int], response_ids: Sequence[int], temperature: float,
-                  device: Any) -> torch.Tensor:
-    """``log_softmax(logits / T)`` at each response position, ``[R, V]`` (gradients flow)."""
-    ids = torch.tensor([list(prompt_ids) + list(response_ids)], dtype=torch.long, device=device)
-    p, r = len(prompt_ids), len(response_ids)
-    logits = model(input_ids=ids).logits[0, p - 1:p - 1 + r].float()
-    return torch.log_softmax(logits / (temperature if temperature > 0 else 1.0), dim=-1)
-
-
 @dataclass
 class _Prepared:
     turn: TrainTurn
@@ -158,7 +151,7 @@ class Learner:
         o = self.options
         with torch.no_grad():
             self.policy.eval()
-            old_full = response_logp(self.policy, turn.prompt_ids, turn.response_ids, turn.temperature, self.device)
+            old_full = vocab_logprobs(self.policy, turn.prompt_ids, turn.response_ids, turn.temperature)
             response = torch.tensor(turn.response_ids, device=self.device)
             prep = _Prepared(turn, old_full.gather(-1, response[:, None]).squeeze(-1))
             if turn.topk_ids is None or not turn.teacher_prompts:
@@ -167,8 +160,7 @@ class Learner:
             teachers = []
             with self.policy.disable_adapter():
                 for prompt in turn.teacher_prompts:
-                    teachers.append(response_logp(self.policy, prompt, turn.response_ids, turn.temperature,
-                                                  self.device))
+                    teachers.append(vocab_logprobs(self.policy, prompt, turn.response_ids, turn.temperature))
             tops = [t.topk(k, dim=-1).indices.tolist() for t in teachers]
             prep.chosen = select_candidates(o.hint_selection, turn.topk_ids, tops)
             subsets = []
@@ -233,7 +225,7 @@ class Learner:
     def _turn_loss(self, p: _Prepared, denominator: float) -> tuple[torch.Tensor, dict[str, float]]:
         o = self.options
         turn = p.turn
-        new_full = response_logp(self.policy, turn.prompt_ids, turn.response_ids, turn.temperature, self.device)
+        new_full = vocab_logprobs(self.policy, turn.prompt_ids, turn.response_ids, turn.temperature)
         response = torch.tensor(turn.response_ids, device=self.device)
         new_tok = new_full.gather(-1, response[:, None]).squeeze(-1)
         mask = torch.ones_like(new_tok)

@@ -122,7 +122,7 @@ class Learner:
     def step(self, rollouts: Sequence[Rollout]) -> dict[str, Any]:
         """One optimizer step: K critic updates, then one actor update once warmed up (``sao``);
         one actor update on group-normalised advantages (``grpo_dis``). Returns its metrics."""
-        from reef_train import Sample, collate
+        from reef_train import Sample, collate, token_logprobs
 
         o = self.options
         metrics: dict[str, Any] = {"step": self.state.steps}
@@ -265,15 +265,6 @@ def read_state(learner_dir: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and data.get("format") == FORMAT else None
-
-
-def token_logprobs(model: Any, batch: Any, temperatures: torch.Tensor) -> torch.Tensor:
-    """``log_softmax(logits / T_row)`` of each target token, one temperature per row (records of
-    one batch may have been sampled at different temperatures); ``T <= 0`` is taken as 1."""
-    t = torch.where(temperatures > 0, temperatures, torch.ones_like(temperatures))
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1].float()
-    logp = torch.log_softmax(logits / t[:, None, None], dim=-1)
-    return logp.gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1)
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:

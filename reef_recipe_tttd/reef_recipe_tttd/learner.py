@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from .advantages import entropic_loo_advantages, fold_kl, mean_baseline_advantages
-from .loss import importance_sampling_loss, row_logprobs
+from .loss import importance_sampling_loss
 
 LEARNER_DIR = "learner"
 STATE_FILE = "state.json"
@@ -119,7 +119,7 @@ class Learner:
         The loss is a sum over tokens, so the grid is forwarded and back-propagated in
         micro-batches of at most ``micro_batch_tokens`` padded tokens whose gradients add up to
         the whole grid's: the activations of one micro-batch are alive at a time, not the grid's."""
-        from reef_train import Sample, collate
+        from reef_train import CHUNK_TOKENS, Sample, collate, reference_logprobs, token_logprobs
 
         o = self.options
         rewards = [[r.reward for r in g] for g in groups]
@@ -132,10 +132,10 @@ class Learner:
         advantages = mask * torch.tensor(scalar, dtype=torch.float32, device=self.device)[:, None]
         parts = micro_batches([len(r.prompt_ids) + len(r.response_ids) for r in rollouts], o.micro_batch_tokens)
         base_logp = torch.zeros_like(batch.old_logprobs)
-        with torch.no_grad(), self.policy.disable_adapter():
-            for rows in parts:
-                index, sub = _rows(batch, rows)
-                base_logp[index, :sub.targets.shape[1]] = row_logprobs(self.policy, sub, temps[index])
+        for rows in parts:
+            index, sub = _rows(batch, rows)
+            base_logp[index, :sub.targets.shape[1]] = reference_logprobs(self.policy, sub, temps[index],
+                                                                         chunk_tokens=CHUNK_TOKENS)
         advantages, kl = fold_kl(advantages, batch.old_logprobs, base_logp, mask, o.kl_coef)
         self.policy.train()
         self.optimizer.zero_grad(set_to_none=True)
@@ -144,7 +144,7 @@ class Learner:
         for rows in parts:
             index, sub = _rows(batch, rows)
             width = sub.targets.shape[1]
-            part = row_logprobs(self.policy, sub, temps[index])
+            part = token_logprobs(self.policy, sub, temps[index], chunk_tokens=CHUNK_TOKENS)
             piece, _ = importance_sampling_loss(part, sub.old_logprobs, advantages[index, :width], sub.response_mask)
             piece.backward()
             loss_sum += float(piece.detach())

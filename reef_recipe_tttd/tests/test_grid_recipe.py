@@ -90,15 +90,13 @@ def test_one_step_moves_the_lora_towards_the_best(tiny_model_dir, grid_batch):
     assert metrics["beta_mean"] > 0 and metrics["trained_rollouts"] == 8
     assert any(not torch.equal(before[n], p) for n, p in learner.policy.named_parameters() if "lora_" in n)
     # the best rollout of each group got likelier
-    from reef_train import Sample, collate
+    from reef_train import Sample, collate, token_logprobs
 
     for group in groups:
         best = max(group, key=lambda r: r.reward)
         batch = collate([Sample(best.prompt_ids, best.response_ids)], 0)
-        from reef_recipe_tttd.loss import row_logprobs
-
         with torch.no_grad():
-            now = row_logprobs(learner.policy, batch, torch.tensor([1.0]))
+            now = token_logprobs(learner.policy, batch, 1.0)
         start = len(best.prompt_ids) - 1
         assert float(now[0, start:start + len(best.response_ids)].sum()) > sum(best.logprobs)
 

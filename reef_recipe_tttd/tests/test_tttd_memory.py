@@ -1,5 +1,6 @@
-"""The learner's memory savings leave the loss and the gradient as they were: chunked head +
-log-softmax against the one-shot one, and a micro-batched step against a whole-batch step."""
+"""The learner's memory savings leave the loss and the gradient as they were: a micro-batched
+step against a whole-batch step (the chunked head + log-softmax against the one-shot one is
+reef-train's: plugins/reef_train/tests/test_train_logprobs.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,6 @@ import torch
 
 from reef_recipe_tttd import Learner, LearnerOptions, Rollout
 from reef_recipe_tttd.learner import micro_batches
-from reef_recipe_tttd.loss import full_row_logprobs, importance_sampling_loss, row_logprobs
-from reef_train import Sample, collate
 from reef_train.testing import prompt_ids
 
 
@@ -36,37 +35,6 @@ def _learner(model_dir, **options):
     base = SimpleNamespace(path=model_dir, device="cpu")
     return Learner(LearnerOptions(lr=1e-2, lora_rank=4, lora_alpha=8, lora_lm_head=True, **options), base, None, None,
                    pad_id=0)
-
-
-def _batch(groups):
-    rollouts = [r for g in groups for r in g]
-    batch = collate([Sample(r.prompt_ids, r.response_ids, r.logprobs) for r in rollouts], 0)
-    return batch, torch.tensor([r.temperature for r in rollouts])
-
-
-@pytest.mark.parametrize("chunk", [1, 7, 10_000])
-def test_chunked_logprobs_and_gradients_equal_the_one_shot_ones(tiny_model_dir, groups, chunk):
-    policy = _learner(tiny_model_dir).policy
-    with torch.no_grad():  # a non-zero LoRA (B starts at 0), so its gradients are not trivially alike
-        for name, p in policy.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.05)
-    batch, temps = _batch(groups)
-    adv = batch.response_mask * torch.linspace(-1, 1, batch.targets.shape[0])[:, None]
-    results = []
-    for fn in (full_row_logprobs, lambda m, b, t: row_logprobs(m, b, t, chunk_tokens=chunk)):
-        policy.zero_grad(set_to_none=True)
-        logp = fn(policy, batch, temps)
-        loss, _ = importance_sampling_loss(logp, batch.old_logprobs, adv, batch.response_mask)
-        loss.backward()
-        grads = {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
-        results.append((logp.detach(), loss.item(), grads))
-    (full, full_loss, full_grads), (chunked, chunked_loss, chunked_grads) = results
-    assert torch.allclose(chunked, full, atol=1e-5)
-    assert chunked_loss == pytest.approx(full_loss, rel=1e-5)
-    assert full_grads.keys() == chunked_grads.keys() and any("lm_head" in n for n in full_grads)
-    for name, g in full_grads.items():
-        assert torch.allclose(chunked_grads[name], g, atol=1e-6, rtol=1e-4), name
 
 
 def test_a_micro_batched_step_equals_a_whole_batch_step(tiny_model_dir, groups):

@@ -9,10 +9,12 @@ The pieces, each usable alone:
   base as a runtime describes it (``reef_core.TrainableBase.base_model()``, duck-typed: this
   library does not import reef-core); ``save_adapter`` writes the candidate's ``adapter/``;
 * ``data`` — ``Sample`` (recorded or sampled completion), ``collate`` into a ``TokenBatch``;
-* ``logprobs`` — ``token_logprobs`` / ``response_logprobs`` recompute the log-probability of
-  recorded response tokens with the convention the runtime records (``log_softmax(logits / T)``;
-  see ``sampling``), so a freshly loaded policy reproduces the recorded ``logprobs`` and
-  importance ratios start at 1; ``reference_logprobs`` — the frozen base;
+* ``logprobs`` — the one place logprobs come from: ``scaled_log_softmax`` is the convention
+  the runtime records (``log_softmax(logits / T)``, one T or one per row; ``sampling`` samples
+  through it); ``token_logprobs`` (optionally over chunks of positions, for memory),
+  ``vocab_logprobs`` (the whole distribution at each response position), ``response_logprobs``
+  recompute it for recorded tokens, so a freshly loaded policy reproduces the recorded
+  ``logprobs`` and importance ratios start at 1; ``reference_logprobs`` — the frozen base;
 * ``losses`` — ``importance_ratios``, ``policy_gradient_loss`` (REINFORCE with advantages),
   ``ppo_clip_loss``, ``dis_loss`` (decoupled importance sampling against recorded rollout
   logprobs), ``kl_penalty`` (k1/k3 estimators) — masked token losses;
@@ -33,7 +35,14 @@ The pieces, each usable alone:
 
 from .backend import LocalTrainer, Trainer, TrainerError, TrainerOptions, WorkerBase, base_input, make_trainer
 from .data import Sample, TokenBatch, collate
-from .logprobs import reference_logprobs, response_logprobs, token_logprobs
+from .logprobs import (
+    CHUNK_TOKENS,
+    reference_logprobs,
+    response_logprobs,
+    scaled_log_softmax,
+    token_logprobs,
+    vocab_logprobs,
+)
 from .losses import (
     dis_loss,
     dis_weights,
@@ -58,6 +67,7 @@ from .sampling import make_generator, sample_rows
 from .training import PolicyTrainer
 
 __all__ = [
+    "CHUNK_TOKENS",
     "LocalTrainer",
     "LoraOptions",
     "PolicyTrainer",
@@ -89,8 +99,10 @@ __all__ = [
     "rollout",
     "sample_rows",
     "save_adapter",
+    "scaled_log_softmax",
     "seed_everything",
     "token_logprobs",
     "trainable_parameters",
+    "vocab_logprobs",
 ]
 __version__ = "0.1.0"

@@ -4,8 +4,9 @@ Logprob convention (what ``call.extras["logprobs"]`` holds): the log-probability
 sampled token under the temperature-scaled distribution ``log_softmax(logits / T)``, taken
 *before* top-p truncation (top-p only narrows which tokens may be drawn). For greedy
 decoding (``temperature == 0``) it is taken at ``T = 1``, i.e. ``log_softmax(logits)``.
-This is exactly what ``reef_train.token_logprobs(..., temperature=T)`` recomputes,
-so importance ratios between the recorded policy and the current one start at 1.
+Both this module and ``reef_train.token_logprobs(..., temperature=T)``, which recomputes it,
+take it from ``reef_train.logprobs.scaled_log_softmax``, so importance ratios between the
+recorded policy and the current one start at 1.
 ``top_logprobs_rows`` gives the K most likely tokens of a row in the same convention (what
 ``call.extras["top_logprobs"]`` holds when a recipe asks for them).
 """
@@ -15,6 +16,8 @@ from __future__ import annotations
 import secrets
 
 import torch
+
+from .logprobs import scaled_log_softmax
 
 
 def make_generator(seed: int | None) -> torch.Generator:
@@ -31,9 +34,7 @@ def sample_rows(
     generators: list[torch.Generator],
 ) -> tuple[list[int], list[float]]:
     """Pick one token per row of ``logits`` ``[B, V]``; return ``(tokens, logprobs)``."""
-    logits = logits.float()
-    temps = torch.tensor([t if t > 0 else 1.0 for t in temperatures], dtype=logits.dtype, device=logits.device)
-    logp = torch.log_softmax(logits / temps[:, None], dim=-1)
+    logp = scaled_log_softmax(logits, torch.tensor(temperatures, dtype=torch.float32, device=logits.device))
     greedy = logp.argmax(dim=-1).tolist()
     tokens: list[int] = []
     for i, (t, p, g) in enumerate(zip(temperatures, top_ps, generators)):
@@ -59,9 +60,8 @@ def top_logprobs_rows(logits: torch.Tensor, temperatures: list[float], ks: list[
     if not rows:
         return out
     index = torch.tensor(rows, device=logits.device)
-    temps = torch.tensor([temperatures[i] if temperatures[i] > 0 else 1.0 for i in rows], dtype=torch.float32,
-                         device=logits.device)
-    logp = torch.log_softmax(logits.index_select(0, index).float() / temps[:, None], dim=-1)
+    temps = torch.tensor([temperatures[i] for i in rows], dtype=torch.float32, device=logits.device)
+    logp = scaled_log_softmax(logits.index_select(0, index), temps)
     k_max = min(max(ks[i] for i in rows), logp.shape[-1])
     values, ids = logp.topk(k_max, dim=-1)
     values, ids = values.tolist(), ids.tolist()
