@@ -24,8 +24,9 @@ from typing import Any
 
 import torch
 
+from reef_train.critic import ValueModel, load_critic
+
 from .advantages import group_normalized_advantages, length_adaptive_lambda, skip_observation_gae
-from .critic import ValueModel, load_critic
 
 LEARNER_DIR = "learner"
 STATE_FILE = "state.json"

@@ -20,6 +20,13 @@ The pieces, each usable alone:
   logprobs), ``kl_penalty`` (k1/k3 estimators) — masked token losses;
 * ``options`` — ``LoraOptions``: a new LoRA's shape, its optimizer (AdamW or Adam), gradient
   clipping, device and seed, named as the recipes' options and checked in one place;
+* ``learner`` — the one learner every weight recipe trains through: ``Learner`` (the policy,
+  a critic when the recipe has one, their optimizers, counters and recipe state, saved and
+  loaded as one checkpoint), ``Algorithm`` (what a recipe says: its advantages and loss, one
+  step at a time), ``train_step`` / ``run_steps`` (load, step, save: what a trainer backend
+  runs); ``checkpoint`` — the learner checkpoint (``adapter/`` + ``learner/``, written
+  atomically), ``read_learner_state``; ``critic`` — ``ValueModel``, a LoRA critic with a value
+  head;
 * ``optim`` — ``make_optimizer`` / ``optimizer_step``: AdamW over the LoRA parameters only;
 * ``rollout`` — sample completions with their sampling logprobs from the training copy;
 * ``training`` — ``PolicyTrainer``, the usual loop around them, with a tqdm progress bar;
@@ -34,7 +41,10 @@ The pieces, each usable alone:
 """
 
 from .backend import LocalTrainer, Trainer, TrainerError, TrainerOptions, WorkerBase, base_input, make_trainer
-from .data import Sample, TokenBatch, collate
+from .checkpoint import LearnerState, read_learner_state
+from .critic import ValueModel, load_critic
+from .data import Sample, TokenBatch, collate, micro_batches
+from .learner import Algorithm, Learner, StepPayload, run_steps, train_step
 from .logprobs import (
     CHUNK_TOKENS,
     reference_logprobs,
@@ -67,15 +77,20 @@ from .sampling import make_generator, sample_rows
 from .training import PolicyTrainer
 
 __all__ = [
+    "Algorithm",
     "CHUNK_TOKENS",
+    "Learner",
+    "LearnerState",
     "LocalTrainer",
     "LoraOptions",
     "PolicyTrainer",
     "Sample",
+    "StepPayload",
     "TokenBatch",
     "Trainer",
     "TrainerError",
     "TrainerOptions",
+    "ValueModel",
     "WorkerBase",
     "base_input",
     "collate",
@@ -84,24 +99,29 @@ __all__ = [
     "importance_ratios",
     "kl_penalty",
     "linear_module_names",
+    "load_critic",
     "load_policy",
     "load_tokenizer",
     "load_trainable",
     "make_generator",
-    "make_trainer",
     "make_optimizer",
+    "make_trainer",
     "masked_mean",
+    "micro_batches",
     "optimizer_step",
     "policy_gradient_loss",
     "ppo_clip_loss",
+    "read_learner_state",
     "reference_logprobs",
     "response_logprobs",
     "rollout",
+    "run_steps",
     "sample_rows",
     "save_adapter",
     "scaled_log_softmax",
     "seed_everything",
     "token_logprobs",
+    "train_step",
     "trainable_parameters",
     "vocab_logprobs",
 ]

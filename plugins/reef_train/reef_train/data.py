@@ -41,6 +41,31 @@ class TokenBatch:
         return TokenBatch(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.targets,
                                                      self.response_mask, self.old_logprobs, self.advantages)))
 
+    def rows(self, rows: Sequence[int]) -> tuple[torch.Tensor, TokenBatch]:
+        """``(index, batch)``: the ``rows`` of this batch (an index tensor to put results back
+        with), cut to their longest sequence."""
+        index = torch.tensor(list(rows), dtype=torch.long, device=self.input_ids.device)
+        width = int(self.attention_mask[index].sum(dim=1).max())
+        cut = slice(0, width - 1)
+        return index, TokenBatch(self.input_ids[index, :width], self.attention_mask[index, :width],
+                                 self.targets[index, cut], self.response_mask[index, cut],
+                                 self.old_logprobs[index, cut], self.advantages[index, cut])
+
+
+def micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Row indices grouped longest first, each group's ``rows x longest`` within ``budget``
+    tokens (a row longer than ``budget`` alone): rows of one prompt pad little together. A loss
+    that is a sum over tokens, back-propagated one group at a time, accumulates the whole
+    batch's gradient with one group's activations alive at a time."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    out: list[list[int]] = []
+    for i in order:
+        if out and (len(out[-1]) + 1) * lengths[out[-1][0]] <= budget:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
 
 def collate(samples: Sequence[Sample], pad_id: int, device: Any = "cpu") -> TokenBatch:
     """Pack ``samples`` into a ``TokenBatch`` (missing logprobs become 0, masked anyway)."""

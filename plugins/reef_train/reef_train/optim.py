@@ -1,7 +1,8 @@
-"""AdamW over the LoRA parameters only, and one backward/clip/step."""
+"""AdamW (or Adam) over the LoRA parameters only, and one backward/clip/step."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -11,18 +12,27 @@ def trainable_parameters(model: Any) -> list[torch.nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def make_optimizer(model: Any, lr: float = 1e-4, weight_decay: float = 0.0) -> torch.optim.Optimizer:
-    """AdamW over the LoRA parameters only; refuses a model whose base weights would train."""
-    params = []
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        if "lora_" not in name:
-            raise ValueError(f"Parameter {name} is trainable but not a LoRA weight; load the policy with load_policy().")
-        params.append(p)
-    if not params:
-        raise ValueError("The model has no trainable LoRA parameters; load the adapter with is_trainable=True.")
-    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+def make_optimizer(model: Any, lr: float = 1e-4, weight_decay: float = 0.0, *, kind: str = "adamw",
+                   betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                   params: Sequence[torch.nn.Parameter] | None = None) -> torch.optim.Optimizer:
+    """AdamW (``kind="adam"``: Adam, whose weight decay is an L2 term) over the LoRA parameters
+    only; refuses a model whose base weights would train. ``params``: exactly these instead (a
+    critic's LoRA and value head)."""
+    if params is None:
+        params = []
+        for name, p in model.named_parameters():
+            if not p.requires_grad:
+                continue
+            if "lora_" not in name:
+                raise ValueError(f"Parameter {name} is trainable but not a LoRA weight; load the policy with load_policy().")
+            params.append(p)
+        if not params:
+            raise ValueError("The model has no trainable LoRA parameters; load the adapter with is_trainable=True.")
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    if kind != "adamw":
+        raise ValueError(f"Unknown optimizer {kind!r}; use 'adamw' or 'adam'.")
+    return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
 
 
 def optimizer_step(model: Any, optimizer: torch.optim.Optimizer, loss: torch.Tensor, max_grad_norm: float | None = 1.0) -> float:

@@ -1,7 +1,7 @@
-"""SAO's critic: a second LoRA copy of the served base with a scalar value head.
+"""A critic: a second LoRA copy of the served base with a scalar value head (SAO's).
 
 The head is a linear layer on the backbone's last hidden state, zero-initialised, so a fresh
-critic values every state at 0 until its warm-up steps fit it. Values are aligned like
+critic values every state at 0 until its first updates fit it. Values are aligned like
 ``reef_train.TokenBatch.targets``: position ``t`` is the state before token ``t + 1`` of the
 sequence, i.e. the state in which the policy chose that token.
 """
@@ -58,7 +58,7 @@ class ValueModel(torch.nn.Module):
 def load_critic(base: Any, learner_dir: Path | None, **lora: Any) -> ValueModel:
     """A critic continued from ``learner_dir`` (its ``critic/`` adapter and value head), or a
     fresh one (new LoRA, zero head) when it is None; ``lora`` goes to ``reef_train.load_trainable``."""
-    from reef_train import load_trainable
+    from .policy import load_trainable
 
     adapter = learner_dir / ADAPTER_DIR if learner_dir is not None else None
     model = ValueModel(load_trainable(base, adapter, **lora))
