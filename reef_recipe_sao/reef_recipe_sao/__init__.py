@@ -2,7 +2,9 @@
 
 The policy's LoRA learns from scored single rollouts through DIS (decoupled importance
 sampling against the recorded rollout logprobs), with a LoRA critic and skip-observation GAE
-(``mode: sao``) or group-normalised advantages (``mode: grpo_dis``, the control arm).
+(``mode: sao``) or group-normalised advantages (``mode: grpo_dis``, the control arm). The
+learner (policy and critic copies, optimizers, the state a release carries) is
+``reef_train.Learner``; ``SAOAlgorithm`` is what SAO adds: its advantages and loss.
 
 Hooks: the ``sao`` recipe, the ``single_reference`` record filter (reports quoting exactly one
 record), the config group ``recipe/sao.yaml``, and a start-up check that refuses a runtime
@@ -22,16 +24,15 @@ from reef_core.kit import lazy_exports
 # learner imports torch.
 __getattr__ = lazy_exports(__name__, {
     ".advantages": ("group_normalized_advantages", "length_adaptive_lambda", "skip_observation_gae"),
-    ".learner": ("Learner", "LearnerOptions", "Rollout"),
+    ".algorithm": ("Rollout", "SAOAlgorithm"),
     ".recipe": ("SAORecipe",),
 })
 
 RECIPE = "sao"
 
 __all__ = [
-    "Learner",
-    "LearnerOptions",
     "Rollout",
+    "SAOAlgorithm",
     "SAORecipe",
     "SingleReferenceFilter",
     "group_normalized_advantages",

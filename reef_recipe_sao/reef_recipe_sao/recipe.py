@@ -4,9 +4,10 @@ Each eligible report with a finite score and exactly one reference is one rollou
 record's prompt and response token ids and its sampling logprobs (with their temperature)
 are what the step trains on. ``batch_size`` of them make one optimizer step, and each step
 that updates the policy is one candidate (``adapter/`` plus ``learner/``), gated by
-``task_suite`` on held-out tasks. The training itself is ``step.train_step``, run by the
-trainer backend the ``trainer`` option names (in process, or one Ray task). See README.md for
-the algorithm and every option.
+``task_suite`` on held-out tasks. The training itself is ``reef_train``'s learner running
+``SAOAlgorithm`` (``algorithm.py``: SAO's advantages and loss), on the trainer backend the
+``trainer`` option names (in process, or one Ray task). See docs/recipes/sao.md for the
+algorithm and every option.
 """
 
 from __future__ import annotations
@@ -18,16 +19,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from reef_core import ActiveRelease, Batch, Candidate, Experience, Recipe, RecipeContext, require_trainable
-from reef_train import LoraOptions
+from reef_train import LoraOptions, StepPayload, read_learner_state, run_steps
 from reef_train.backend import TrainerError, make_trainer
+from reef_train.checkpoint import LEARNER_DIR
 
-from .learner import LEARNER_DIR, LearnerOptions, Rollout, read_state
-from .step import StepPayload, train_step
+from .algorithm import Rollout, SAOAlgorithm
 
 Mode = Literal["sao", "grpo_dis"]
-#: the policy's LoRA in a candidate (``reef_train.save_adapter``)
-ADAPTER_DIR = "adapter"
-
 
 class SAORecipe(Recipe):
     """Trains the policy's LoRA with DIS on scored single rollouts, with a LoRA critic (``sao``)
@@ -104,12 +102,12 @@ class SAORecipe(Recipe):
         self.batch_size = self.step_size * self.steps_per_candidate
         self.max_staleness = int(max_staleness)
         self.n_samples_per_prompt = int(n_samples_per_prompt)
-        self.options = LearnerOptions(
-            mode=mode, lr=self.lora.lr, critic_lr=float(critic_lr), critic_steps_per_actor=int(critic_steps_per_actor),
-            num_critic_only_steps=int(num_critic_only_steps), eps_clip_low=float(eps_clip_low),
-            eps_clip_high=float(eps_clip_high), lambda_alpha=float(lambda_alpha), gamma=float(gamma),
-            lora_rank=self.lora.lora_rank, lora_alpha=self.lora.lora_alpha, lora_lm_head=self.lora.lora_lm_head,
-            max_grad_norm=self.lora.max_grad_norm, device=self.lora.device, seed=self.lora.seed)
+        #: SAO's advantages and loss, run by reef_train's learner
+        self.algorithm = SAOAlgorithm(
+            mode=mode, critic_lr=float(critic_lr) if mode == "sao" else None,
+            critic_steps_per_actor=int(critic_steps_per_actor), num_critic_only_steps=int(num_critic_only_steps),
+            eps_clip_low=float(eps_clip_low), eps_clip_high=float(eps_clip_high), lambda_alpha=float(lambda_alpha),
+            gamma=float(gamma))
         # Warm-up state (critic-only steps change no policy, so no candidate carries them) sits
         # on top of the serving release it extends, under the state directory.
         self.warmup_root = Path(state_dir) / "sao" if state_dir is not None else Path(tempfile.mkdtemp(prefix="reef-sao-"))
@@ -128,25 +126,16 @@ class SAORecipe(Recipe):
         runtime = require_trainable(ctx.runtime, ctx.recipe)
         base = runtime.base_model()
         learner_dir, source = self.learner_source(batch.scenario, current)
-        from reef_train import load_tokenizer
-
-        tokenizer = load_tokenizer(base)
-        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         chunks = self.steps_of(rollouts)
-        local = self.trainer.options.backend == "local"
-        payload = StepPayload(options=self.options, chunks=chunks, pad_id=int(pad_id),
-                              device=getattr(base, "device", None) if local else "auto")
         artifact = ctx.new_artifact()
-        for written in (ADAPTER_DIR, LEARNER_DIR):  # the step writes them afresh (a remote one over this copy)
-            shutil.rmtree(artifact / written, ignore_errors=True)
         with ctx.progress.task(f"sao ({self.mode}): {len(chunks)} step(s), {len(rollouts)} rollouts "
                                f"({self.trainer.options.backend})", total=1) as bar:
             # a TrainerError (the step failed or was lost on Ray) propagates: the candidate fails
             # with its sentence, nothing is published
-            result = self.trainer.run(train_step, payload, output=artifact, inputs={
-                "base": base.path, "adapter": runtime.adapter_of(current), "learner": learner_dir})
+            result = run_steps(self.trainer, StepPayload(self.algorithm, self.lora, chunks), base=base,
+                               adapter=runtime.adapter_of(current), state=learner_dir, output=artifact)
             bar.advance()
-        steps, state = result["steps"], result["state"]
+        steps, state = result["steps"], result["counters"]
         metrics = dict(steps[-1])  # the last step's losses and norms, the counts over every step
         metrics["actor_updated"] = any(m.get("actor_updated") for m in steps)
         for key in {k for m in steps for k in m if k == "rollouts_used" or k.startswith("rollouts_dropped")}:
@@ -230,9 +219,10 @@ class SAORecipe(Recipe):
         """Where the step's learner state comes from: warm-up progress on top of the serving
         release, else the release's own ``learner/``, else nothing (a new critic)."""
         pending = self.warmup_dir(scenario, current)
-        if read_state(pending) is not None:
+        if read_learner_state(pending, "sao") is not None:
             return pending, "warm-up on top of the serving release"
-        if current is not None and current.path is not None and read_state(current.path / LEARNER_DIR) is not None:
+        if current is not None and current.path is not None and \
+                read_learner_state(current.path / LEARNER_DIR, "sao") is not None:
             return current.path / LEARNER_DIR, "the serving release"
         return None, "new"
 

@@ -12,9 +12,9 @@ from safetensors.torch import load_file
 
 from reef_core import Batch
 from reef_core.testing import check_recipe
-from reef_recipe_sao import Learner, LearnerOptions, SAORecipe
-from reef_recipe_sao.learner import read_state
+from reef_recipe_sao import SAORecipe
 from reef_recipe_sao.testing import SCENARIO, context, experience, record, release_of, sampled_batch
+from reef_train import Learner, read_learner_state
 from reef_train.testing import prompt_ids
 
 WORDS = ["one", "two", "three", "four"]
@@ -41,8 +41,12 @@ def _params(model) -> dict[str, torch.Tensor]:
 
 
 def _learner(tiny_model_dir, **options) -> Learner:
-    base = SimpleNamespace(path=tiny_model_dir, device="cpu")
-    return Learner(LearnerOptions(**options), base, None, None, pad_id=0)
+    recipe = SAORecipe(**options)
+    return Learner(recipe.algorithm, recipe.lora, SimpleNamespace(path=tiny_model_dir, device="cpu"), pad_id=0)
+
+
+def counters(learner_dir) -> dict[str, int]:
+    return read_learner_state(learner_dir, "sao").counters
 
 
 def test_the_contract_kit_passes(tmp_path, runtime, batch):
@@ -53,9 +57,9 @@ def test_the_contract_kit_passes(tmp_path, runtime, batch):
     first, second = check_recipe(recipe, tmp_path / "real", batch=batch,
                                  context=lambda scratch, current: context(scratch, current, runtime))
     assert (first.artifact_dir / "adapter" / "adapter_config.json").is_file()
-    assert read_state(first.artifact_dir / "learner")["steps"] == 1
+    assert counters(first.artifact_dir / "learner")["steps"] == 1
     assert second.metadata["sao"]["learner_from"] == "the serving release"
-    assert read_state(second.artifact_dir / "learner")["steps"] == 2
+    assert counters(second.artifact_dir / "learner")["steps"] == 2
 
 
 def test_declares_scored_single_reference_and_freshness_filters():
@@ -108,37 +112,68 @@ def test_stale_rollouts_are_dropped_and_counted(tmp_path, runtime, batch):
 def test_warm_up_keeps_the_policy_bit_identical_then_the_actor_moves(tiny_model_dir, batch):
     learner = _learner(tiny_model_dir, num_critic_only_steps=2)
     rollouts, _ = SAORecipe().rollouts(batch, None, SimpleNamespace(store=None))
-    before = _params(learner.actor)
+    before = _params(learner.policy)
     head_before = learner.critic.head.weight.detach().clone()
     for _ in range(2):
-        assert learner.warming_up
+        assert learner.algorithm.warming_up(learner)
         assert learner.step(rollouts)["actor_updated"] is False
-    after = _params(learner.actor)
+    after = _params(learner.policy)
     assert all(torch.equal(before[n], after[n]) for n in before)          # bit-identical
     assert not torch.equal(head_before, learner.critic.head.weight)        # the critic did learn
     assert learner.step(rollouts)["actor_updated"] is True
-    assert any(not torch.equal(after[n], p) for n, p in _params(learner.actor).items())
+    assert any(not torch.equal(after[n], p) for n, p in _params(learner.policy).items())
+
+
+def test_a_saved_learner_resumes_exactly(tiny_model_dir, batch, tmp_path):
+    """Two SAO steps (a warm-up and an actor step), saved and loaded, then a third: the same
+    policy, critic, value head, moments and counters as three steps without the interruption."""
+    rollouts, _ = SAORecipe().rollouts(batch, None, SimpleNamespace(store=None))
+    options = {"num_critic_only_steps": 1, "lr": 0.05, "lora_rank": 4, "lora_alpha": 8, "lora_lm_head": True}
+    uninterrupted = _learner(tiny_model_dir, **options)
+    for _ in range(3):
+        last = uninterrupted.step(rollouts)
+    first = _learner(tiny_model_dir, **options)
+    first.step(rollouts)
+    first.step(rollouts)
+    ck = first.save(tmp_path / "ck")
+    recipe = SAORecipe(**options)
+    resumed = Learner(recipe.algorithm, recipe.lora, SimpleNamespace(path=tiny_model_dir, device="cpu"),
+                      adapter=ck / "adapter", state=ck / "learner", pad_id=0)
+    again = resumed.step(rollouts)
+    assert resumed.counters == uninterrupted.counters == {"steps": 3, "actor_steps": 2, "critic_steps": 6,
+                                                          "rollouts_used": 3 * len(rollouts)}
+    for key in ("actor_loss", "actor_grad_norm", "critic_loss", "critic_grad_norm", "ratio_mean"):
+        assert again[key] == pytest.approx(last[key], rel=1e-5, abs=1e-7), key
+    pairs = [(uninterrupted.policy, resumed.policy), (uninterrupted.critic, resumed.critic)]
+    for a, b in pairs:
+        for (name, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
+            if p.requires_grad:
+                torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-7, msg=name)
+    for a, b in ((uninterrupted.optimizer, resumed.optimizer), (uninterrupted.critic_optimizer, resumed.critic_optimizer)):
+        for p, q in zip((p for g in a.param_groups for p in g["params"]), (q for g in b.param_groups for q in g["params"])):
+            torch.testing.assert_close(b.state[q]["exp_avg_sq"], a.state[p]["exp_avg_sq"], rtol=1e-5, atol=1e-9)
+            assert float(b.state[q]["step"]) == float(a.state[p]["step"])
 
 
 def test_k_critic_updates_before_each_actor_update(tiny_model_dir, batch):
     learner = _learner(tiny_model_dir, num_critic_only_steps=1, critic_steps_per_actor=3)
     rollouts, _ = SAORecipe().rollouts(batch, None, SimpleNamespace(store=None))
     calls = []
-    for name, opt in (("critic", learner.critic_opt), ("actor", learner.actor_opt)):
+    for name, opt in (("critic", learner.critic_optimizer), ("actor", learner.optimizer)):
         original = opt.step
         opt.step = lambda *a, _n=name, _o=original, **k: (calls.append(_n), _o(*a, **k))[1]
     learner.step(rollouts)                                   # warm-up: critic only
     learner.step(rollouts)
     learner.step(rollouts)
     assert calls == ["critic"] * 3 + (["critic"] * 3 + ["actor"]) * 2
-    assert (learner.state.critic_steps, learner.state.actor_steps, learner.state.steps) == (9, 2, 3)
+    assert (learner.counters["critic_steps"], learner.counters["actor_steps"], learner.counters["steps"]) == (9, 2, 3)
 
 
 def test_warm_up_state_waits_on_top_of_the_serving_release(tmp_path, runtime, batch):
     recipe = SAORecipe(batch_size=4, num_critic_only_steps=1, state_dir=tmp_path / "state")
     assert recipe.propose(batch, None, context(tmp_path, None, runtime, "s1")) is None   # critic only
     pending = recipe.warmup_dir(SCENARIO, None)
-    assert read_state(pending)["steps"] == 1
+    assert counters(pending)["steps"] == 1
     cand = recipe.propose(batch, None, context(tmp_path, None, runtime, "s2"))
     assert cand.metadata["sao"]["learner_from"] == "warm-up on top of the serving release"
     assert cand.metadata["sao"]["steps"] == 2 and cand.metadata["sao"]["actor_steps"] == 1
@@ -156,12 +191,13 @@ def test_a_restart_resumes_the_critic_from_the_serving_release(tmp_path, runtime
     learner_dir, source = recipe.learner_source(SCENARIO, current)
     assert (learner_dir, source) == (tmp_path / "rel1" / "learner", "the serving release")
     base = runtime.base_model()
-    learner = Learner(recipe.options, base, runtime.adapter_of(current), learner_dir, pad_id=0)
+    learner = Learner(recipe.algorithm, recipe.lora, base, adapter=runtime.adapter_of(current), state=learner_dir,
+                      pad_id=0)
     assert torch.equal(learner.critic.head.weight.detach(), saved_head["weight"])
-    assert learner.state.steps == 1 and learner.actor_opt.state          # moments restored, not re-warmed
+    assert learner.counters["steps"] == 1 and learner.optimizer.state    # moments restored, not re-warmed
     second = recipe.propose(batch, current, context(tmp_path, current, runtime, "s2"))
     assert second.metadata["sao"]["learner_from"] == "the serving release"
-    assert read_state(second.artifact_dir / "learner")["critic_steps"] == 4
+    assert counters(second.artifact_dir / "learner")["critic_steps"] == 4
 
 
 def test_several_optimizer_steps_make_one_candidate(tmp_path, runtime, batch):

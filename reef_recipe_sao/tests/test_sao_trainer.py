@@ -16,9 +16,8 @@ from safetensors.torch import load_file
 from reef_core import ConfigError
 from reef_core.testing import build_configured
 from reef_recipe_sao import SAORecipe
-from reef_recipe_sao.learner import read_state
 from reef_recipe_sao.testing import SCENARIO, context, release_of, sampled_batch
-from reef_train import LocalTrainer
+from reef_train import LocalTrainer, read_learner_state
 from reef_train.testing import prompt_ids
 
 
@@ -98,7 +97,7 @@ def test_the_step_runs_on_ray_with_the_same_results_as_in_process(ray_instance, 
                            state_dir=tmp_path / name / "state")
         # a warm-up step (critic only) is kept on top of the serving release, then the policy moves
         assert recipe.propose(batch, None, context(tmp_path / name, None, runtime, "s1")) is None
-        assert read_state(recipe.warmup_dir(SCENARIO, None))["steps"] == 1
+        assert read_learner_state(recipe.warmup_dir(SCENARIO, None), "sao").counters["steps"] == 1
         first = recipe.propose(batch, None, context(tmp_path / name, None, runtime, "s2"))
         shutil.copytree(first.artifact_dir, tmp_path / name / "rel1")
         # the next step continues the served adapter and learner state (shipped to the worker)
