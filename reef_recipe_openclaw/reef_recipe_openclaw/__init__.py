@@ -24,9 +24,9 @@ from reef_core.kit import lazy_exports
 # Each name imports its module on first use: every ``reef`` command loads this plugin, and the
 # learner imports torch.
 __getattr__ = lazy_exports(__name__, {
+    ".algorithm": ("OpenClawAlgorithm", "TrainTurn"),
     ".dispatch": ("Dispatch", "DispatchCounters", "dispatch"),
     ".judge": ("Judge", "OpenAIJudge", "RuntimeJudge", "build_judge", "register_judge", "unregister_judge"),
-    ".learner": ("Learner", "LearnerOptions", "TrainTurn"),
     ".loss": ("openclaw_loss", "select_candidates"),
     ".prm": ("JudgeResult", "aggregate_votes", "hint_candidates", "judge_turn", "parse_boxed", "parse_hint"),
     ".processor": ("ProcessorOptions", "TurnProcessor"),
@@ -43,10 +43,9 @@ __all__ = [
     "DispatchCounters",
     "Judge",
     "JudgeResult",
-    "Learner",
-    "LearnerOptions",
     "NextState",
     "OpenAIJudge",
+    "OpenClawAlgorithm",
     "OpenClawRecipe",
     "OpenClawService",
     "ProcessorOptions",

@@ -2,9 +2,9 @@
 
     loss = w_rl · RL + w_opd · OPD
 
-**RL** — PPO's clipped surrogate on the sampled response tokens; the advantage is the turn's
-raw reward on every response token (no grouping, no normalisation); the log-ratio is clamped
-to ±20 before the exponential.
+**RL** — PPO's clipped surrogate (``reef_train.clipped_surrogate``) on the sampled response
+tokens; the advantage is the turn's raw reward on every response token (no grouping, no
+normalisation); the log-ratio is clamped to ±20 before the exponential.
 
 **OPD** — for each response token, the student's top-K ids ``S`` captured at serving time:
 importance weights ``w_v = softmax(ℓ_old(S))_v`` (detached), per-candidate advantages
@@ -24,22 +24,18 @@ from collections.abc import Sequence
 
 import torch
 
+from reef_train import clipped_surrogate, importance_ratios
+
 LOG_RATIO_CLAMP = 20.0
 HINT_SELECTIONS = ("shortest", "token_optimal", "sequence_optimal")
-
-
-def _ratio(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
-    return torch.exp((new - old).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
 
 
 def rl_token_terms(new: torch.Tensor, old: torch.Tensor, reward: torch.Tensor, clip_low: float,
                    clip_high: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token PPO surrogate (to maximise) and whether the ratio was clipped; shapes ``[..., T]``;
     ``reward`` broadcasts (one per turn, ``[..., 1]``)."""
-    ratio = _ratio(new, old)
-    clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-    surrogate = torch.minimum(ratio * reward, clipped * reward)
-    return surrogate, (ratio - clipped).abs() > 1e-8
+    ratio = importance_ratios(new, old, log_ratio_clamp=LOG_RATIO_CLAMP)
+    return clipped_surrogate(ratio, reward, clip_low, clip_high)
 
 
 def opd_advantages(teacher: torch.Tensor, old: torch.Tensor, subset: torch.Tensor,
@@ -59,10 +55,9 @@ def opd_token_terms(new: torch.Tensor, old: torch.Tensor, teacher: torch.Tensor,
     """Per-token OPD surrogate (to maximise), summed over the candidates ``S`` (``[..., T]``), and
     the per-token advantage mass ``Σ_v |A_v|`` (for metrics)."""
     adv = opd_advantages(teacher, old, subset, adv_diff_clip)
-    ratio = _ratio(new, old)
-    clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-    surrogate = torch.minimum(ratio * adv, clipped * adv).masked_fill(~subset, 0.0)
-    return surrogate.sum(-1), adv.abs().sum(-1)
+    surrogate, _ = clipped_surrogate(importance_ratios(new, old, log_ratio_clamp=LOG_RATIO_CLAMP), adv, clip_low,
+                                     clip_high)
+    return surrogate.masked_fill(~subset, 0.0).sum(-1), adv.abs().sum(-1)
 
 
 def openclaw_loss(*, new: torch.Tensor, old: torch.Tensor, reward: torch.Tensor, mask: torch.Tensor,

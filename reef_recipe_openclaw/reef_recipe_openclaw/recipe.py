@@ -3,9 +3,10 @@
 The experience is *computed*: the recipe's ``TurnProcessor`` (``processor.py``) turns served
 traffic into judged turns and stores each one that trains as a report; explicit reports quoting
 a record work too (their score is the reward, their feedback text a hint). ``propose`` trains
-one batch of them (``learner.py``) and returns the new adapter; the candidate's metadata and
-one line of ``prm_record_file`` per batch say, for every turn, the judge's votes, the hints,
-the reward and the dispatch. The training itself is ``step.train_step``, run by the trainer
+one batch of them and returns the new adapter (with the learner's state, ``learner/``); the
+candidate's metadata and one line of ``prm_record_file`` per batch say, for every turn, the
+judge's votes, the hints, the reward and the dispatch. The training itself is ``reef_train``'s
+learner running ``OpenClawAlgorithm`` (``algorithm.py``: OpenClaw's loss), on the trainer
 backend the ``trainer`` option names (in process, or one Ray task).
 """
 
@@ -13,27 +14,25 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Literal
 
 from reef_core import ActiveRelease, Batch, Candidate, Experience, Recipe, RecipeContext, require_trainable
-from reef_train import LoraOptions
+from reef_train import LoraOptions, StepPayload, read_learner_state, run_steps
 from reef_train.backend import TrainerError, make_trainer
+from reef_train.checkpoint import LEARNER_DIR
 
+from .algorithm import OpenClawAlgorithm, TrainTurn
 from .dispatch import dispatch
 from .judge import check_judge_spec, judge_spec
-from .learner import LearnerOptions, TrainTurn, teacher_prompt_ids
 from .loss import HINT_SELECTIONS
 from .prm import MIN_HINT_CHARS
 from .processor import METADATA_KEY, ProcessorOptions, TurnProcessor, capture_problem
-from .step import StepPayload, train_step
+from .teachers import teacher_prompt_ids
 
 HintSelection = Literal["shortest", "token_optimal", "sequence_optimal"]
 SubsetMode = Literal["student", "teacher", "overlap"]
-#: the policy's LoRA in a candidate (``reef_train.save_adapter``)
-ADAPTER_DIR = "adapter"
 
 
 class OpenClawRecipe(Recipe):
@@ -124,12 +123,11 @@ class OpenClawRecipe(Recipe):
             prm_temperature=float(prm_temperature), prm_max_tokens=int(prm_max_tokens),
             prm_timeout_s=float(prm_timeout_s), prm_concurrency=int(prm_concurrency),
             prm_max_hint_candidates=int(prm_max_hint_candidates), top_k=int(top_k))
-        self.learner_options = LearnerOptions(
+        #: OpenClaw's loss, run by reef_train's learner
+        self.algorithm = OpenClawAlgorithm(
             w_rl=float(w_rl), w_opd=float(w_opd), adv_diff_clip=float(adv_diff_clip), hint_selection=hint_selection,
-            subset_mode=subset_mode, clip_low=float(clip_low), clip_high=float(clip_high), lr=self.lora.lr,
-            weight_decay=self.lora.weight_decay, steps_per_batch=int(steps_per_batch), lora_rank=self.lora.lora_rank,
-            lora_alpha=self.lora.lora_alpha, lora_lm_head=self.lora.lora_lm_head,
-            max_grad_norm=self.lora.max_grad_norm, device=self.lora.device, seed=self.lora.seed)
+            subset_mode=subset_mode, clip_low=float(clip_low), clip_high=float(clip_high),
+            steps_per_batch=int(steps_per_batch))
         self.state_root = Path(state_dir) / "openclaw" if state_dir is not None else None
         self.prm_record_file = prm_record_file
 
@@ -219,17 +217,20 @@ class OpenClawRecipe(Recipe):
             turn.teacher_prompts = [turn.prompt_ids if hint is None else
                                     teacher_prompt_ids(tokenizer, rec.request or {}, rec.route, hint)
                                     for hint in turn.hints]
-        local = self.trainer.options.backend == "local"
-        payload = StepPayload(options=self.learner_options, turns=[t for _, t in turns],
-                              device=getattr(base, "device", None) if local else "auto")
+        # Each batch's AdamW starts afresh from the serving adapter, as this recipe always trained:
+        # the release's learner/ gives the counters, not the moments.
+        payload = StepPayload(self.algorithm, self.lora, [[t for _, t in turns]], resume_optimizer=False)
+        learner_dir = current.path / LEARNER_DIR if current is not None and current.path is not None else None
+        if read_learner_state(learner_dir, "openclaw") is None:
+            learner_dir = None
         artifact = ctx.new_artifact()
-        shutil.rmtree(artifact / ADAPTER_DIR, ignore_errors=True)  # the step writes it afresh (a remote one over this copy)
         with ctx.progress.task(f"openclaw: {len(turns)} turn(s) ({self.trainer.options.backend})", total=1) as bar:
             # a TrainerError (the step failed or was lost on Ray) propagates: the candidate fails
             # with its sentence, nothing is published
-            metrics = self.trainer.run(train_step, payload, output=artifact,
-                                       inputs={"base": base.path, "adapter": runtime.adapter_of(current)})
+            result = run_steps(self.trainer, payload, base=base, adapter=runtime.adapter_of(current),
+                               state=learner_dir, output=artifact)
             bar.advance()
+        metrics = result["steps"][0]
         record.update(metrics=metrics, candidate=True)
         self._write_record(batch.scenario, record)
         ctx.log.info("openclaw: %d turn(s), reward %.3f, loss %.4f (rl %.4f, opd %.4f)", len(turns),

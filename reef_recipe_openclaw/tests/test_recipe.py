@@ -10,10 +10,11 @@ import pytest
 
 from reef_core import Batch, Experience
 from reef_core.testing import check_recipe, recipe_context
-from reef_recipe_openclaw import Learner, OpenClawRecipe
-from reef_recipe_openclaw.learner import HINT_PREFIX, teacher_prompt_ids, with_hint
+from reef_recipe_openclaw import OpenClawRecipe
 from reef_recipe_openclaw.processor import METADATA_KEY
+from reef_recipe_openclaw.teachers import HINT_PREFIX, teacher_prompt_ids, with_hint
 from reef_recipe_openclaw.testing import SCENARIO, ScriptedTrainable, chat_record, token_capture
+from reef_train import Learner, read_learner_state
 
 HINT = "Answer in one short sentence."
 
@@ -58,6 +59,8 @@ def test_the_contract_kit_passes(tmp_path, tiny_model_dir, batch):
                                                                                  runtime=runtime))
     assert (first.artifact_dir / "adapter" / "adapter_config.json").is_file()
     assert second.metadata["openclaw"]["metrics"]["turns"] == 4
+    # the learner's checkpoint rides with the adapter; the second step counted on from the release
+    assert read_learner_state(second.artifact_dir / "learner", "openclaw").counters == {"steps": 2, "turns": 8}
 
 
 def test_declarations():
@@ -111,12 +114,12 @@ def test_a_step_moves_the_policy_toward_the_hinted_teacher_and_away_from_a_bad_r
     recipe = OpenClawRecipe(lr=2e-2, lora_rank=4, lora_alpha=8, lora_lm_head=True, w_opd=0.0,
                             state_dir=tmp_path / "state")
     turn = recipe.turn_of(batch.items[0])[2]     # reward -1
-    learner = Learner(recipe.learner_options, ScriptedTrainable(tiny_model_dir).base_model())
+    learner = Learner(recipe.algorithm, recipe.lora, ScriptedTrainable(tiny_model_dir).base_model())
     turn.teacher_prompts = [turn.prompt_ids]
-    before = learner.prepare(turn).old_tok.sum()
+    before = recipe.algorithm.prepare(learner, turn).old_tok.sum()
     for _ in range(5):
-        learner.train([turn])
-    after = learner.prepare(turn).old_tok.sum()
+        learner.step([turn])
+    after = recipe.algorithm.prepare(learner, turn).old_tok.sum()
     assert after < before - 0.1                  # the punished reply became less likely
 
     # OPD alone pulls the student's top-K distribution toward the teacher's
@@ -125,13 +128,13 @@ def test_a_step_moves_the_policy_toward_the_hinted_teacher_and_away_from_a_bad_r
     turn = recipe.turn_of(batch.items[2])[2]
     rec = batch.items[2].records[0]
     turn.teacher_prompts = [teacher_prompt_ids(tokenizer, rec.request, rec.route, h) for h in turn.hints]
-    learner = Learner(recipe.learner_options, ScriptedTrainable(tiny_model_dir).base_model())
+    learner = Learner(recipe.algorithm, recipe.lora, ScriptedTrainable(tiny_model_dir).base_model())
 
     def gap():
-        p = learner.prepare(turn)
+        p = recipe.algorithm.prepare(learner, turn)
         return float(((p.teacher_s - p.old_s).abs() * p.subset).sum())
 
     start = gap()
     for _ in range(6):
-        learner.train([turn])
+        learner.step([turn])
     assert gap() < 0.5 * start, start            # measured here: 2.40 -> 0.38

@@ -54,6 +54,7 @@ from .logprobs import (
     vocab_logprobs,
 )
 from .losses import (
+    clipped_surrogate,
     dis_loss,
     dis_weights,
     importance_ratios,
@@ -93,6 +94,7 @@ __all__ = [
     "ValueModel",
     "WorkerBase",
     "base_input",
+    "clipped_surrogate",
     "collate",
     "dis_loss",
     "dis_weights",

@@ -14,9 +14,25 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
     return (values * mask).sum(dim) / mask.sum(dim).clamp(min=1.0)
 
 
-def importance_ratios(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Per-token ``π_new / π_old`` = ``exp(logp - old_logp)``; 1 outside the mask."""
-    return torch.exp((logprobs - old_logprobs) * mask)
+def importance_ratios(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor | None = None, *,
+                      log_ratio_clamp: float | None = None) -> torch.Tensor:
+    """Per-token ``π_new / π_old`` = ``exp(logp - old_logp)``; 1 outside the mask (None: every
+    token counts). ``log_ratio_clamp`` bounds the log-ratio before the exponential (OpenClaw's ±20)."""
+    log_ratio = logprobs - old_logprobs
+    if mask is not None:
+        log_ratio = log_ratio * mask
+    if log_ratio_clamp is not None:
+        log_ratio = log_ratio.clamp(-log_ratio_clamp, log_ratio_clamp)
+    return torch.exp(log_ratio)
+
+
+def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, clip_low: float = 0.2,
+                      clip_high: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped surrogate per token, to maximise: ``min(r·A, clip(r, 1 - low, 1 + high)·A)``,
+    and where the clip bit (bool). ``clip_high`` (default ``clip_low``) allows "clip-higher"."""
+    high = clip_low if clip_high is None else clip_high
+    clipped = ratio.clamp(1.0 - clip_low, 1.0 + high)
+    return torch.minimum(ratio * advantages, clipped * advantages), (ratio - clipped).abs() > 1e-8
 
 
 def policy_gradient_loss(logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -36,14 +52,12 @@ def ppo_clip_loss(
 
     ``clip_high`` (default ``clip_low``) allows the asymmetric "clip-higher" variant.
     """
-    high = clip_low if clip_high is None else clip_high
     ratio = importance_ratios(logprobs, old_logprobs, mask)
-    clipped = ratio.clamp(1.0 - clip_low, 1.0 + high)
-    surrogate = torch.minimum(ratio * advantages, clipped * advantages)
+    surrogate, was_clipped = clipped_surrogate(ratio, advantages, clip_low, clip_high)
     loss = -masked_mean(surrogate, mask)
     with torch.no_grad():
-        was_clipped = ((ratio - clipped).abs() > 1e-8).float()
-        stats = {"clip_fraction": float(masked_mean(was_clipped, mask)), "ratio_mean": float(masked_mean(ratio, mask))}
+        stats = {"clip_fraction": float(masked_mean(was_clipped.float(), mask)),
+                 "ratio_mean": float(masked_mean(ratio, mask))}
     return loss, stats
 
 
