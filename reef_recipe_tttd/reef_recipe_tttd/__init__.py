@@ -3,7 +3,8 @@ with its search harness.
 
 The recipe (``recipe=tttd``) trains the served model's LoRA once per complete G×R grid of
 scored attempts: adaptive-β entropic leave-one-out advantages, the centred frozen-base KL folded
-in, the un-clipped importance-sampling token-sum loss, one Adam step. The search harness
+in, the un-clipped importance-sampling token-sum loss, one Adam step (``TTTDAlgorithm`` on
+``reef_train``'s learner, in process or as a Ray task: the ``trainer`` option). The search harness
 (``reef tttd run TASK``, or ``SearchHarness``) is an ordinary Reef client: a PUCT archive
 picks parents, the policy samples through Reef, a sandboxed judge scores, every attempt is
 reported at its grid coordinate and the archive commits once the step's release serves.
@@ -26,12 +27,12 @@ from reef_core.kit import lazy_exports
 # learner imports torch.
 __getattr__ = lazy_exports(__name__, {
     ".advantages": ("entropic_loo_advantages", "fold_kl", "mean_baseline_advantages", "solve_beta"),
+    ".algorithm": ("Rollout", "TTTDAlgorithm"),
     ".archive": ("Child", "Node", "PUCTArchive"),
     ".grid": ("GridError", "GridFilter", "barrier", "informative_groups"),
     ".guidance": ("GuidanceAttempt", "OpenAIExecutor", "keyword_executor", "parse_guidance", "register_executor"),
     ".harness": ("DirectAttempt", "Outcome", "SearchHarness", "SearchSettings", "StepAborted", "StepFailed"),
     ".judge": ("Judge", "Limits"),
-    ".learner": ("Learner", "LearnerOptions", "Rollout"),
     ".loss": ("importance_sampling_loss",),
     ".recipe": ("TTTDRecipe",),
     ".tasks": ("CirclePacking", "NumericSpread", "Task", "Verdict", "load_task"),
@@ -47,8 +48,6 @@ __all__ = [
     "GridFilter",
     "GuidanceAttempt",
     "Judge",
-    "Learner",
-    "LearnerOptions",
     "Limits",
     "Node",
     "NumericSpread",
@@ -60,6 +59,7 @@ __all__ = [
     "SearchSettings",
     "StepAborted",
     "StepFailed",
+    "TTTDAlgorithm",
     "TTTDRecipe",
     "Task",
     "Verdict",

@@ -5,9 +5,11 @@ filter, ``batch_size`` = G×R); the barrier is checked again here. Constant-rewa
 removed (one kept when all are constant), each remaining group gets adaptive-β entropic
 leave-one-out advantages (``tttd``) or a group-mean baseline (``tttd-mean``), the centred
 frozen-base KL is folded into the per-token advantages, and one Adam step on the un-clipped
-importance-sampling token-sum loss trains the policy's LoRA. Each grid is one candidate
-(``adapter/`` + ``learner/``), selected by ``always``: test-time training has no held-out gate,
-the output that matters is the search archive's best solution.
+importance-sampling token-sum loss trains the policy's LoRA (``TTTDAlgorithm``, run by
+``reef_train``'s learner on the trainer backend the ``trainer`` option names: in process, or one
+Ray task). Each grid is one candidate (``adapter/`` + ``learner/``), selected by ``always``:
+test-time training has no held-out gate, the output that matters is the search archive's best
+solution.
 
 ``search-only`` is the frozen-weights floor: the same grids are consumed and their metrics
 logged, but nothing trains and no release is made.
@@ -18,16 +20,18 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from reef_core import ActiveRelease, Batch, Candidate, RecipeContext, require_trainable
-from reef_train import LoraOptions
+from reef_core import ActiveRelease, Batch, Candidate, Recipe, RecipeContext, require_trainable
+from reef_train import LoraOptions, StepPayload, read_learner_state, run_steps
+from reef_train.backend import TrainerError, make_trainer
+from reef_train.checkpoint import LEARNER_DIR
 
+from .algorithm import Rollout, TTTDAlgorithm, reward_stats
 from .grid import GridError, barrier, informative_groups
-from .learner import LEARNER_DIR, Learner, LearnerOptions, Rollout, read_state, reward_stats
 
 VARIANTS = ("tttd", "tttd-mean", "search-only")
 
 
-class TTTDRecipe:
+class TTTDRecipe(Recipe):
     """Trains the policy's LoRA once per complete grid of a TTT-Discover search step."""
 
     update_target = "adapter"
@@ -37,7 +41,7 @@ class TTTDRecipe:
                  max_staleness: int = 0, lr: float = 4e-5, beta1: float = 0.9, beta2: float = 0.95,
                  eps: float = 1e-8, weight_decay: float = 0.0, kl_coef: float = 0.1, lora_rank: int = 32,
                  lora_alpha: int = 32, lora_lm_head: bool = False, device: str = "auto", seed: int = 0,
-                 micro_batch_tokens: int = 512):
+                 micro_batch_tokens: int = 512, trainer: dict[str, Any] | None = None):
         problems = []
         if variant not in VARIANTS:
             problems.append(f"variant must be one of {', '.join(VARIANTS)}, not {variant!r}")
@@ -56,6 +60,11 @@ class TTTDRecipe:
             problems.append(str(exc))
         if micro_batch_tokens < 1:
             problems.append("micro_batch_tokens must be 1 or more")
+        try:
+            #: where the training step runs (``reef_train.make_trainer``: local or ray)
+            self.trainer = make_trainer(trainer)
+        except (ValueError, TrainerError) as exc:
+            problems.append(str(exc))
         if problems:
             raise ValueError("; ".join(problems))
         self.variant = variant
@@ -63,12 +72,9 @@ class TTTDRecipe:
         self.rollouts = int(rollouts_per_group)
         self.batch_size = self.groups * self.rollouts
         self.max_staleness = int(max_staleness)
-        self.options = LearnerOptions(
-            variant=variant, lr=self.lora.lr, beta1=self.lora.beta1, beta2=self.lora.beta2, eps=self.lora.eps,
-            weight_decay=self.lora.weight_decay, kl_coef=float(kl_coef), lora_rank=self.lora.lora_rank,
-            lora_alpha=self.lora.lora_alpha, lora_lm_head=self.lora.lora_lm_head, device=self.lora.device,
-            seed=self.lora.seed,
-            micro_batch_tokens=int(micro_batch_tokens))
+        #: TTT-Discover's advantages and loss, run by reef_train's learner
+        self.algorithm = TTTDAlgorithm(variant=variant, kl_coef=float(kl_coef),
+                                       micro_batch_tokens=int(micro_batch_tokens))
 
     @property
     def trains(self) -> bool:
@@ -114,27 +120,26 @@ class TTTDRecipe:
             groups.append(group)
         runtime = require_trainable(ctx.runtime, ctx.recipe)
         base = runtime.base_model()
-        from reef_train import load_tokenizer
-
-        tokenizer = load_tokenizer(base)
-        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         learner_dir = None
-        if current is not None and current.path is not None and read_state(current.path / LEARNER_DIR) is not None:
+        if current is not None and current.path is not None and \
+                read_learner_state(current.path / LEARNER_DIR, "tttd") is not None:
             learner_dir = current.path / LEARNER_DIR
-        with ctx.progress.task(f"tttd step {grid.step}: {len(keep)} group(s) x {self.rollouts}", total=2) as bar:
-            learner = Learner(self.options, base, runtime.adapter_of(current), learner_dir, pad_id=pad_id, log=ctx.log)
-            bar.advance()
-            metrics.update(learner.step(groups))
-            bar.advance()
-        ctx.log.info("tttd step %d: %s", grid.step, _fmt(metrics))
         artifact = ctx.new_artifact()
-        learner.save(artifact)
+        with ctx.progress.task(f"tttd step {grid.step}: {len(keep)} group(s) x {self.rollouts} "
+                               f"({self.trainer.options.backend})", total=1) as bar:
+            # a TrainerError (the step failed or was lost on Ray) propagates: the candidate fails
+            # with its sentence, nothing is published
+            result = run_steps(self.trainer, StepPayload(self.algorithm, self.lora, [groups]), base=base,
+                               adapter=runtime.adapter_of(current), state=learner_dir, output=artifact)
+            bar.advance()
+        metrics.update(result["steps"][0])
+        ctx.log.info("tttd step %d: %s", grid.step, _fmt(metrics))
         return Candidate(
             scenario=batch.scenario, recipe=ctx.recipe, artifact_dir=artifact,
             base_release_id=current.release_id if current else None,
             summary=(f"{self.variant} grid step {grid.step}: {len(keep)}x{self.rollouts} rollouts, reward mean "
                      f"{metrics['reward_mean']:.3f} max {metrics['reward_max']:.3f}, beta {metrics['beta_mean']:.3g}"),
-            metadata={"tttd": {"metrics": metrics, "learner_steps": learner.state.steps,
+            metadata={"tttd": {"metrics": metrics, "learner_steps": result["counters"]["steps"],
                                "learner_from": "the serving release" if learner_dir else "new"}},
         )
 

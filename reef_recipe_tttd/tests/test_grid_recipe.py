@@ -9,11 +9,11 @@ import torch
 
 from reef_core import Batch
 from reef_core.testing import check_recipe, recipe_context
-from reef_recipe_tttd import GridFilter, Learner, LearnerOptions, Rollout, TTTDRecipe, barrier, informative_groups
+from reef_recipe_tttd import GridFilter, Rollout, TTTDRecipe, barrier, informative_groups
 from reef_recipe_tttd.grid import GridError
-from reef_recipe_tttd.learner import read_state
 from reef_recipe_tttd.loss import importance_sampling_loss
 from reef_recipe_tttd.testing import SCENARIO, sampled_grid, scored_grid
+from reef_train import Learner, read_learner_state
 from reef_train.testing import prompt_ids
 
 
@@ -78,7 +78,8 @@ def grid_batch(tiny_model_dir, tokenizer):
 
 def test_one_step_moves_the_lora_towards_the_best(tiny_model_dir, grid_batch):
     base = SimpleNamespace(path=tiny_model_dir, device="cpu")
-    learner = Learner(LearnerOptions(lr=5e-2, lora_rank=4, lora_alpha=8, lora_lm_head=True), base, None, None, pad_id=0)
+    recipe = TTTDRecipe(lr=5e-2, lora_rank=4, lora_alpha=8, lora_lm_head=True)
+    learner = Learner(recipe.algorithm, recipe.lora, base, pad_id=0)
     exps = list(grid_batch)
     groups = [[Rollout(e.records[0].prompt_token_ids, e.records[0].response_token_ids, e.records[0].logprobs,
                        float(e.score)) for e in exps[g * 4:(g + 1) * 4]] for g in range(2)]
@@ -110,9 +111,9 @@ def test_the_contract_kit_passes(tmp_path, runtime, grid_batch):
                                  context=lambda scratch, current: recipe_context(scratch, current, recipe="tttd",
                                                                                  runtime=runtime))
     assert (first.artifact_dir / "adapter" / "adapter_config.json").is_file()
-    assert read_state(first.artifact_dir / "learner")["steps"] == 1
+    assert read_learner_state(first.artifact_dir / "learner", "tttd").counters["steps"] == 1
     assert second.metadata["tttd"]["learner_from"] == "the serving release"
-    assert read_state(second.artifact_dir / "learner")["steps"] == 2
+    assert read_learner_state(second.artifact_dir / "learner", "tttd").counters["steps"] == 2
     m = first.metadata["tttd"]["metrics"]
     for key in ("reward_min", "reward_max", "reward_mean", "reward_std", "reward_zero_fraction", "constant_groups",
                 "constant_groups_removed", "grid_size", "training_size", "beta_mean", "kl_sampled"):

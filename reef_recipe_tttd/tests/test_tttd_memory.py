@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from reef_recipe_tttd import Learner, LearnerOptions, Rollout
-from reef_recipe_tttd.learner import micro_batches
+from reef_recipe_tttd import Rollout, TTTDRecipe
+from reef_train import Learner
 from reef_train.testing import prompt_ids
 
 
@@ -32,9 +32,8 @@ def groups(tokenizer):
 
 
 def _learner(model_dir, **options):
-    base = SimpleNamespace(path=model_dir, device="cpu")
-    return Learner(LearnerOptions(lr=1e-2, lora_rank=4, lora_alpha=8, lora_lm_head=True, **options), base, None, None,
-                   pad_id=0)
+    recipe = TTTDRecipe(lr=1e-2, lora_rank=4, lora_alpha=8, lora_lm_head=True, **options)
+    return Learner(recipe.algorithm, recipe.lora, SimpleNamespace(path=model_dir, device="cpu"), pad_id=0)
 
 
 def test_a_micro_batched_step_equals_a_whole_batch_step(tiny_model_dir, groups):
@@ -52,20 +51,7 @@ def test_a_micro_batched_step_equals_a_whole_batch_step(tiny_model_dir, groups):
     assert any(not torch.equal(p, q) for p, q in zip(after_whole.values(), lora(_learner(tiny_model_dir)).values()))
 
 
-def test_micro_batches_keep_rows_times_longest_within_the_budget():
-    lengths = [5, 9, 3, 9, 4, 20]
-    parts = micro_batches(lengths, 18)
-    assert sorted(i for p in parts for i in p) == list(range(6))
-    assert parts[0] == [5]  # longer than the budget: alone
-    for p in parts[1:]:
-        assert len(p) * max(lengths[i] for i in p) <= 18
-    assert micro_batches(lengths, 10_000) == [[5, 1, 3, 0, 4, 2]]
-    assert micro_batches(lengths, 1) == [[5], [1], [3], [0], [4], [2]]
-
-
 def test_the_recipe_checks_the_micro_batch_budget():
-    from reef_recipe_tttd import TTTDRecipe
-
     with pytest.raises(ValueError, match="micro_batch_tokens"):
         TTTDRecipe(micro_batch_tokens=0)
-    assert TTTDRecipe(micro_batch_tokens=64).options.micro_batch_tokens == 64
+    assert TTTDRecipe(micro_batch_tokens=64).algorithm.micro_batch_tokens == 64

@@ -21,6 +21,7 @@ from reef_train import (
     load_policy,
     make_optimizer,
     masked_mean,
+    micro_batches,
     policy_gradient_loss,
     ppo_clip_loss,
     reference_logprobs,
@@ -160,3 +161,20 @@ def test_collate_checks_lengths(tokenizer):
     assert batch.response_mask.tolist() == [[0, 1, 1], [1, 0, 0]]
     assert batch.advantages.tolist() == [[0, 0.5, -1.0], [0, 0, 0]]
     assert batch.targets.tolist() == [[6, 7, 8], [9, 0, 0]]
+
+
+def test_micro_batches_keep_rows_times_longest_within_the_budget():
+    lengths = [5, 9, 3, 9, 4, 20]
+    parts = micro_batches(lengths, 18)
+    assert sorted(i for p in parts for i in p) == list(range(6))
+    assert parts[0] == [5]  # longer than the budget: alone
+    for p in parts[1:]:
+        assert len(p) * max(lengths[i] for i in p) <= 18
+    assert micro_batches(lengths, 10_000) == [[5, 1, 3, 0, 4, 2]]
+    assert micro_batches(lengths, 1) == [[5], [1], [3], [0], [4], [2]]
+    # a micro-batch's rows, cut to their longest sequence
+    batch = collate([Sample([5, 6], [7, 8]), Sample([5], [9]), Sample([1, 2, 3], [4])], 0)
+    index, sub = batch.rows([1])
+    assert index.tolist() == [1] and sub.input_ids.tolist() == [[5, 9]] and sub.targets.tolist() == [[9]]
+    index, sub = batch.rows([2, 0])
+    assert sub.input_ids.tolist() == [[1, 2, 3, 4], [5, 6, 7, 8]] and sub.response_mask.tolist() == [[0, 0, 1], [0, 1, 1]]
