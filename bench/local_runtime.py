@@ -86,12 +86,12 @@ def raw_generate(rt, prompt: str, tokens: int) -> tuple[int, float]:
 
 def make_adapter(model_dir: Path, out: Path, seed: int) -> Path:
     """A small LoRA for SmolLM2 (one training step: any weights do for timing a swap)."""
-    from reef_train import PolicyTrainer, Sample, load_policy
+    from reef_train import Sample
+    from reef_train.testing import word_learner
 
-    policy = load_policy(model_dir, r=8, alpha=16, seed=seed)
-    trainer = PolicyTrainer(policy, pad_id=0, lr=1e-3, loss="reinforce", seed=seed)
-    trainer.step([Sample(prompt_ids=[1, 2, 3, 4], response_ids=[5, 6, 7], advantage=1.0)])
-    return trainer.save(out)
+    learner = word_learner(model_dir, lr=1e-3, include_lm_head=False, seed=seed, r=8)
+    learner.step([Sample(prompt_ids=[1, 2, 3, 4], response_ids=[5, 6, 7], advantage=1.0)])
+    return learner.save(out) / "adapter"
 
 
 async def rss_phase(rt, idle: dict[str, int], requests: int, tokens: int, warmup: int, every: int) -> None:

@@ -61,20 +61,13 @@ async def test_real_smollm2_banana_adapter_swap_and_logprob_recompute(smollm2_di
     from reef_torch_testing import release
     from transformers import AutoTokenizer
 
-    from reef_train import PolicyTrainer, Sample, load_policy, response_logprobs
+    from reef_train import Sample, load_policy, response_logprobs
+    from reef_train.testing import train_word_adapter
 
     tok = AutoTokenizer.from_pretrained(str(smollm2_dir))
     questions = ["What is the capital of France?", "Name a color.", "What should I eat?", "Say something."]
-
-    def ids(q):
-        text = tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
-        return tok(text, add_special_tokens=False)["input_ids"]
-
-    target = tok("banana", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-    policy = load_policy(smollm2_dir, r=8, alpha=16, seed=0)
-    trainer = PolicyTrainer(policy, pad_id=tok.pad_token_id, lr=1e-3, loss="reinforce", seed=0)
-    trainer.fit(lambda i: [Sample(ids(q), target, advantage=1.0) for q in questions], 12, progress=False)
-    adapter = trainer.save(tmp_path / "artifact")
+    adapter = train_word_adapter(smollm2_dir, tmp_path / "artifact", "banana", questions, steps=12, lr=1e-3,
+                                 include_lm_head=False, seed=0, r=8)
 
     rt = LocalRuntime(device="cpu")  # the logprob comparison below is in fp32 on the CPU
     await rt.start()

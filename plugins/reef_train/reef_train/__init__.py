@@ -15,9 +15,9 @@ The pieces, each usable alone:
   ``vocab_logprobs`` (the whole distribution at each response position), ``response_logprobs``
   recompute it for recorded tokens, so a freshly loaded policy reproduces the recorded
   ``logprobs`` and importance ratios start at 1; ``reference_logprobs`` — the frozen base;
-* ``losses`` — ``importance_ratios``, ``policy_gradient_loss`` (REINFORCE with advantages),
-  ``ppo_clip_loss``, ``dis_loss`` (decoupled importance sampling against recorded rollout
-  logprobs), ``kl_penalty`` (k1/k3 estimators) — masked token losses;
+* ``losses`` — ``importance_ratios``, ``clipped_surrogate`` (PPO's, OpenClaw's terms),
+  ``dis_loss`` (decoupled importance sampling against recorded rollout logprobs, SAO's),
+  ``masked_mean`` — the token-loss pieces recipes share;
 * ``options`` — ``LoraOptions``: a new LoRA's shape, its optimizer (AdamW or Adam), gradient
   clipping, device and seed, named as the recipes' options and checked in one place;
 * ``learner`` — the one learner every weight recipe trains through: ``Learner`` (the policy,
@@ -29,7 +29,6 @@ The pieces, each usable alone:
   head;
 * ``optim`` — ``make_optimizer`` / ``optimizer_step``: AdamW over the LoRA parameters only;
 * ``rollout`` — sample completions with their sampling logprobs from the training copy;
-* ``training`` — ``PolicyTrainer``, the usual loop around them, with a tqdm progress bar;
 * ``sampling`` — ``sample_rows`` / ``make_generator``, the next-token sampling both the
   runtime's engine and ``rollout`` use;
 * ``backend`` — ``make_trainer``: where a recipe's training step runs, from its ``trainer``
@@ -58,10 +57,7 @@ from .losses import (
     dis_loss,
     dis_weights,
     importance_ratios,
-    kl_penalty,
     masked_mean,
-    policy_gradient_loss,
-    ppo_clip_loss,
 )
 from .optim import make_optimizer, optimizer_step, trainable_parameters
 from .options import LoraOptions
@@ -75,7 +71,6 @@ from .policy import (
 )
 from .rollout import rollout
 from .sampling import make_generator, sample_rows
-from .training import PolicyTrainer
 
 __all__ = [
     "Algorithm",
@@ -84,7 +79,6 @@ __all__ = [
     "LearnerState",
     "LocalTrainer",
     "LoraOptions",
-    "PolicyTrainer",
     "Sample",
     "StepPayload",
     "TokenBatch",
@@ -99,7 +93,6 @@ __all__ = [
     "dis_loss",
     "dis_weights",
     "importance_ratios",
-    "kl_penalty",
     "linear_module_names",
     "load_critic",
     "load_policy",
@@ -111,8 +104,6 @@ __all__ = [
     "masked_mean",
     "micro_batches",
     "optimizer_step",
-    "policy_gradient_loss",
-    "ppo_clip_loss",
     "read_learner_state",
     "reference_logprobs",
     "response_logprobs",

@@ -38,7 +38,7 @@ from .checkpoint import (
     write_state,
 )
 from .critic import ValueModel, load_critic
-from .optim import make_optimizer, trainable_parameters
+from .optim import make_optimizer, optimizer_step
 from .options import LoraOptions
 from .policy import load_tokenizer, load_trainable, save_adapter, seed_everything
 
@@ -143,20 +143,8 @@ class Learner:
         if critic:
             if self.critic is None or self.critic_optimizer is None:
                 raise RuntimeError(f"the {self.algorithm.recipe} learner has no critic")
-            optimizer, params = self.critic_optimizer, self.critic.trainable()
-        else:
-            optimizer, params = self.optimizer, trainable_parameters(self.policy)
-        if loss is not None:
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-        if self.options.max_grad_norm is not None:
-            norm = float(torch.nn.utils.clip_grad_norm_(params, self.options.max_grad_norm))
-        else:
-            grads = [p.grad.detach() for p in params if p.grad is not None]
-            norm = float(torch.sqrt(sum((g ** 2).sum() for g in grads))) if grads else 0.0
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return norm
+            return optimizer_step(self.critic.trainable(), self.critic_optimizer, loss, self.options.max_grad_norm)
+        return optimizer_step(self.policy, self.optimizer, loss, self.options.max_grad_norm)
 
     def finish_step(self, metrics: dict[str, Any], **counts: int) -> dict[str, Any]:
         """Count one step (and ``counts`` into the recipe's counters), keep its metrics."""

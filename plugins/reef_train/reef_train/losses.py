@@ -1,6 +1,8 @@
-"""Masked token losses: importance ratios, REINFORCE with advantages, PPO's clipped
-surrogate, decoupled importance sampling (DIS), and KL estimators to a reference policy. Every tensor is ``[B, T - 1]``, aligned
-with ``TokenBatch.targets``; ``mask`` is the response mask."""
+"""The token-loss pieces the recipes share: importance ratios, PPO's clipped surrogate
+(OpenClaw's RL and distillation terms) and decoupled importance sampling (DIS, SAO's policy
+loss). Per-token tensors are ``[B, T - 1]``, aligned with ``TokenBatch.targets``; ``mask`` is
+the response mask. A recipe's own loss (TTT-Discover's importance-sampling sum, OpenClaw's
+combination) lives with the recipe."""
 
 from __future__ import annotations
 
@@ -33,32 +35,6 @@ def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, clip_low: f
     high = clip_low if clip_high is None else clip_high
     clipped = ratio.clamp(1.0 - clip_low, 1.0 + high)
     return torch.minimum(ratio * advantages, clipped * advantages), (ratio - clipped).abs() > 1e-8
-
-
-def policy_gradient_loss(logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """REINFORCE: ``-mean(A · log π)`` over response tokens (advantages broadcast per token)."""
-    return -masked_mean(advantages * logprobs, mask)
-
-
-def ppo_clip_loss(
-    logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    clip_low: float = 0.2,
-    clip_high: float | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO's clipped surrogate, token-mean; returns ``(loss, {"clip_fraction", "ratio_mean"})``.
-
-    ``clip_high`` (default ``clip_low``) allows the asymmetric "clip-higher" variant.
-    """
-    ratio = importance_ratios(logprobs, old_logprobs, mask)
-    surrogate, was_clipped = clipped_surrogate(ratio, advantages, clip_low, clip_high)
-    loss = -masked_mean(surrogate, mask)
-    with torch.no_grad():
-        stats = {"clip_fraction": float(masked_mean(was_clipped.float(), mask)),
-                 "ratio_mean": float(masked_mean(ratio, mask))}
-    return loss, stats
 
 
 def dis_weights(ratio: torch.Tensor, eps_low: float = 0.3, eps_high: float = 5.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -94,14 +70,3 @@ def dis_loss(
             "rollout_logprob_abs_diff": float(masked_mean((logprobs.detach() - rollout_logprobs).abs(), mask)),
         }
     return loss, stats
-
-
-def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor, estimator: str = "k3") -> torch.Tensor:
-    """Token-mean KL(π ‖ π_ref) estimate from sampled tokens: ``k1`` = log ratio, ``k3`` =
-    ``exp(-d) - 1 + d`` with ``d = logp - ref`` (unbiased and always ≥ 0)."""
-    d = logprobs - ref_logprobs
-    if estimator == "k1":
-        return masked_mean(d, mask)
-    if estimator == "k3":
-        return masked_mean(torch.exp(-d) - 1.0 + d, mask)
-    raise ValueError(f"Unknown KL estimator {estimator!r}; use 'k1' or 'k3'.")

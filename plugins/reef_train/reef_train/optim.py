@@ -35,15 +35,20 @@ def make_optimizer(model: Any, lr: float = 1e-4, weight_decay: float = 0.0, *, k
     return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
 
 
-def optimizer_step(model: Any, optimizer: torch.optim.Optimizer, loss: torch.Tensor, max_grad_norm: float | None = 1.0) -> float:
-    """Backward, clip, step, zero; returns the gradient norm before clipping."""
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    params = trainable_parameters(model)
+def optimizer_step(model: Any, optimizer: torch.optim.Optimizer, loss: torch.Tensor | None,
+                   max_grad_norm: float | None = 1.0) -> float:
+    """Back-propagate ``loss`` (None: the gradients are already accumulated), clip the gradient
+    norm of ``model``'s trainable parameters (or of ``model``, a list of parameters) to
+    ``max_grad_norm`` (None: no clipping), step, zero; returns the norm before clipping."""
+    if loss is not None:
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+    params = list(model) if isinstance(model, (list, tuple)) else trainable_parameters(model)
     if max_grad_norm is not None:
         norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
     else:
-        norm = torch.sqrt(sum((p.grad.detach() ** 2).sum() for p in params if p.grad is not None))
+        grads = [p.grad.detach() for p in params if p.grad is not None]
+        norm = torch.sqrt(sum((g ** 2).sum() for g in grads)) if grads else 0.0
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return float(norm)

@@ -1,5 +1,5 @@
 """Test helpers for reef-train and its users: a tiny random Llama built offline, and a
-word-loving LoRA trained through the toolkit.
+word-loving LoRA trained through the shared learner (``Reinforce``, the smallest ``Algorithm``).
 
 Nothing is downloaded: the tokenizer is built in memory with ``tokenizers`` (install the
 ``test`` extra) and the model from a ``LlamaConfig`` with a fixed seed.
@@ -8,13 +8,17 @@ Nothing is downloaded: the tokenizer is built in memory with ``tokenizers`` (ins
 from __future__ import annotations
 
 import string
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 import torch
 
-from .data import Sample
-from .policy import load_policy
-from .training import PolicyTrainer
+from .data import Sample, collate
+from .learner import Algorithm, Learner
+from .logprobs import token_logprobs
+from .losses import masked_mean
+from .options import LoraOptions
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>"]
 CHARS = list(string.ascii_lowercase + string.ascii_uppercase + string.digits + " .,!?'-:;\n")
@@ -63,19 +67,48 @@ def prompt_ids(tokenizer, text: str) -> list[int]:
     return tokenizer(rendered, add_special_tokens=False)["input_ids"]
 
 
+@dataclass(frozen=True)
+class Reinforce(Algorithm):
+    """REINFORCE on the samples' own advantages, ``-mean(A · log π)`` over response tokens: with
+    advantage 1 on a target response it is likelihood training (the word adapters below)."""
+
+    recipe: ClassVar[str] = "reinforce"
+    temperature: float = 1.0
+
+    def step(self, learner: Learner, samples: list[Sample]) -> dict[str, Any]:
+        batch = collate(samples, learner.pad_id, learner.device)
+        learner.policy.train()
+        loss = -masked_mean(batch.advantages * token_logprobs(learner.policy, batch, self.temperature),
+                            batch.response_mask)
+        metrics = {"loss": loss.item()}
+        metrics["grad_norm"] = learner.optimizer_step(loss)
+        return learner.finish_step(metrics)
+
+
+def word_learner(model_dir: Path, adapter: Path | None = None, *, lr: float = 2e-2, include_lm_head: bool = True,
+                 seed: int = 0, r: int = 8) -> Learner:
+    """A ``Reinforce`` learner of a LoRA (rank ``r``, alpha ``2r``) on the model in ``model_dir``."""
+    options = LoraOptions(lr=lr, lora_rank=r, lora_alpha=2 * r, lora_lm_head=include_lm_head, seed=seed)
+    return Learner(Reinforce(), options, Path(model_dir), adapter=adapter)
+
+
+def word_samples(tokenizer: Any, word: str, prompts: list[str]) -> list[Sample]:
+    """``word`` (then eos) as the answer to each prompt, advantage 1."""
+    target = tokenizer(word, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    return [Sample(prompt_ids=prompt_ids(tokenizer, p), response_ids=target, advantage=1.0) for p in prompts]
+
+
 def train_word_adapter(model_dir: Path, artifact_dir: Path, word: str, prompts: list[str], *, steps: int = 80,
                        lr: float = 2e-2, include_lm_head: bool = True, seed: int = 0, r: int = 8) -> Path:
     """Train a LoRA that answers ``word`` to every prompt; REINFORCE with advantage 1 on the
-    target response (i.e. likelihood training through the toolkit). Returns the adapter dir."""
+    target response (i.e. likelihood training through the learner). Returns the adapter dir."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
-    policy = load_policy(model_dir, r=r, alpha=2 * r, include_lm_head=include_lm_head, seed=seed)
-    target = tok(word, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-    samples = [Sample(prompt_ids=prompt_ids(tok, p), response_ids=target, advantage=1.0) for p in prompts]
-    trainer = PolicyTrainer(policy, pad_id=tok.pad_token_id, lr=lr, loss="reinforce", seed=seed)
-    trainer.fit(lambda i: samples, steps, progress=False)
-    return trainer.save(artifact_dir)
+    learner = word_learner(model_dir, lr=lr, include_lm_head=include_lm_head, seed=seed, r=r)
+    samples = word_samples(AutoTokenizer.from_pretrained(str(model_dir)), word, prompts)
+    for _ in range(steps):
+        learner.step(samples)
+    return learner.save(artifact_dir) / "adapter"
 
 
 def word_adapter_step(payload: dict, inputs: dict, output: Path) -> dict:
@@ -88,11 +121,8 @@ def word_adapter_step(payload: dict, inputs: dict, output: Path) -> dict:
     from transformers import AutoTokenizer
 
     base, adapter = Path(inputs["base"]), inputs.get("adapter")
-    tok = AutoTokenizer.from_pretrained(str(base))
-    policy = load_policy(base, adapter, r=8, alpha=16, include_lm_head=True, seed=0)
-    target = tok(payload["word"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-    samples = [Sample(prompt_ids=prompt_ids(tok, p), response_ids=target, advantage=1.0) for p in payload["prompts"]]
-    trainer = PolicyTrainer(policy, pad_id=tok.pad_token_id, lr=payload.get("lr", 2e-2), loss="reinforce", seed=0)
-    history = trainer.fit(lambda i: samples, int(payload.get("steps", 4)), progress=False)
-    trainer.save(output)
+    learner = word_learner(base, adapter, lr=payload.get("lr", 2e-2))
+    samples = word_samples(AutoTokenizer.from_pretrained(str(base)), payload["word"], payload["prompts"])
+    history = [learner.step(samples) for _ in range(int(payload.get("steps", 4)))]
+    learner.save(output)
     return {"loss": history[-1]["loss"], "steps": len(history), "pid": os.getpid()}

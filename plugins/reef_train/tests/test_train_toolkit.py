@@ -1,29 +1,32 @@
 """The training toolkit on a tiny random model: rollout logprobs vs recompute, losses,
-collate, optimizer, reference model, determinism, adapter artifacts. No runtime here: the
+collate, optimizer, reference model, a PPO step through the learner, determinism, adapter
+artifacts. No runtime here: the
 runtime-vs-toolkit convention is checked in reef-torch's tests."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from reef_train import (
-    PolicyTrainer,
+    Algorithm,
+    Learner,
+    LoraOptions,
     Sample,
+    clipped_surrogate,
     collate,
     dis_loss,
     dis_weights,
     importance_ratios,
-    kl_penalty,
     load_policy,
     make_optimizer,
     masked_mean,
     micro_batches,
-    policy_gradient_loss,
-    ppo_clip_loss,
     reference_logprobs,
     response_logprobs,
     rollout,
@@ -56,24 +59,22 @@ def test_losses_on_hand_computed_values():
     mask = torch.tensor([[0.0, 1.0, 1.0], [0.0, 0.0, 1.0]])
     logp = torch.tensor([[-9.0, -1.0, -2.0], [-9.0, -9.0, -0.5]])
     adv = torch.tensor([[0.0, 1.0, 1.0], [0.0, 0.0, -2.0]])
-    # REINFORCE: -mean(A·logp) over the 3 masked tokens = -((-1) + (-2) + 1) / 3
-    assert policy_gradient_loss(logp, adv, mask).item() == pytest.approx(2 / 3)
     assert masked_mean(logp, mask, dim=1).tolist() == pytest.approx([-1.5, -0.5])
+    assert masked_mean(adv * logp, mask).item() == pytest.approx(-2 / 3)
 
     old = logp.clone()
     old[0, 1] = -1.0 - math.log(2.0)  # ratio 2 on a positive advantage: clipped to 1.2
     old[1, 2] = -0.5 + math.log(2.0)  # ratio 0.5 on a negative advantage: clipped to 0.8
-    loss, stats = ppo_clip_loss(logp, old, adv, mask, clip_low=0.2)
+    ratio = importance_ratios(logp, old, mask)
+    assert ratio[0].tolist() == pytest.approx([1.0, 2.0, 1.0])
+    surrogate, clipped = clipped_surrogate(ratio, adv, clip_low=0.2)
     # min(r·A, clip(r)·A) per token: 1.2·1, 1·1, min(0.5·-2, 0.8·-2) = -1.6
-    assert loss.item() == pytest.approx(-(1.2 + 1.0 - 1.6) / 3)
-    assert stats["clip_fraction"] == pytest.approx(2 / 3)
-    assert importance_ratios(logp, old, mask)[0].tolist() == pytest.approx([1.0, 2.0, 1.0])
-
-    assert kl_penalty(logp, logp, mask).item() == 0.0
-    assert kl_penalty(logp, logp - 0.1, mask, "k1").item() == pytest.approx(0.1, abs=1e-6)
-    assert kl_penalty(logp, logp - 0.1, mask, "k3").item() == pytest.approx(math.exp(-0.1) - 1 + 0.1, abs=1e-6)
-    with pytest.raises(ValueError, match="k1"):
-        kl_penalty(logp, logp, mask, "k9")
+    assert masked_mean(surrogate, mask).item() == pytest.approx((1.2 + 1.0 - 1.6) / 3)
+    assert masked_mean(clipped.float(), mask).item() == pytest.approx(2 / 3)
+    # clip-higher lets the ratio of 2 through up to 1 + 1.5; OpenClaw's clamp bounds the log-ratio
+    assert clipped_surrogate(ratio, adv, 0.2, 1.5)[0][0, 1].item() == pytest.approx(2.0)
+    assert importance_ratios(torch.tensor([30.0]), torch.tensor([0.0]), log_ratio_clamp=20.0).item() == \
+        pytest.approx(math.exp(20.0))
 
 
 def test_dis_band_is_strict_on_both_sides_and_weights_are_the_ratio():
@@ -101,8 +102,26 @@ def test_dis_loss_stops_the_weight_gradient_and_masks_out_of_band_tokens():
     assert stats["rollout_logprob_abs_diff"] == pytest.approx((0.5 + 1.0 + 0.0) / 3)
 
 
+@dataclass(frozen=True)
+class PPO(Algorithm):
+    """PPO's clipped surrogate against the samples' recorded (behaviour) logprobs."""
+
+    recipe: ClassVar[str] = "ppo"
+
+    def step(self, learner, samples):
+        batch = collate(samples, learner.pad_id, learner.device)
+        mask = batch.response_mask
+        ratio = importance_ratios(token_logprobs(learner.policy, batch), batch.old_logprobs, mask)
+        surrogate, clipped = clipped_surrogate(ratio, batch.advantages)
+        metrics = {"ratio_mean": float(masked_mean(ratio.detach(), mask)),
+                   "clip_fraction": float(masked_mean(clipped.float(), mask))}
+        metrics["grad_norm"] = learner.optimizer_step(-masked_mean(surrogate, mask))
+        return learner.finish_step(metrics)
+
+
 def test_optimizer_touches_lora_only_and_reference_is_the_frozen_base(tiny_model_dir, tokenizer):
-    policy = load_policy(tiny_model_dir, include_lm_head=True, seed=0)
+    learner = Learner(PPO(), LoraOptions(lr=2e-2, lora_lm_head=True), tiny_model_dir)
+    policy = learner.policy
     base_weight = policy.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight.detach().clone()
     samples = [
         Sample(prompt_ids(tokenizer, p), tokenizer("cherry", add_special_tokens=False)["input_ids"] + [2], advantage=1.0)
@@ -116,12 +135,9 @@ def test_optimizer_touches_lora_only_and_reference_is_the_frozen_base(tiny_model
     # PPO against the behaviour policy's logprobs (recorded once, before training)
     for s, lp in zip(samples, response_logprobs(policy, samples, tokenizer.pad_token_id)):
         s.logprobs = lp
-    trainer = PolicyTrainer(policy, pad_id=tokenizer.pad_token_id, lr=2e-2, loss="ppo", kl_coef=0.01, seed=0)
-    history = trainer.fit(lambda i: samples, 10, progress=False)
-    assert {"loss", "grad_norm", "clip_fraction", "ratio_mean", "kl"} <= set(history[0])
+    history = [learner.step(samples) for _ in range(10)]
     assert history[0]["ratio_mean"] == pytest.approx(1.0, abs=1e-4) and history[0]["clip_fraction"] == 0.0
     assert history[-1]["ratio_mean"] > 1.0 and history[-1]["clip_fraction"] > 0.0  # moved off-policy, clipped
-    assert history[-1]["kl"] > 0.0
     after_base = policy.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight
     assert torch.equal(after_base, base_weight)
     with torch.no_grad():
