@@ -13,7 +13,7 @@ from reef_core.testing import check_recipe, recipe_context
 from reef_recipe_openclaw import OpenClawRecipe
 from reef_recipe_openclaw.processor import METADATA_KEY
 from reef_recipe_openclaw.teachers import HINT_PREFIX, teacher_prompt_ids, with_hint
-from reef_recipe_openclaw.testing import SCENARIO, ScriptedTrainable, chat_record, token_capture
+from reef_recipe_openclaw.testing import SCENARIO, chat_record, token_capture
 from reef_train import Learner, read_learner_state
 
 HINT = "Answer in one short sentence."
@@ -49,10 +49,10 @@ def _context(tmp_path, runtime, name="scratch", current=None):
     return recipe_context(tmp_path / name, current, recipe="openclaw", runtime=runtime)
 
 
-def test_the_contract_kit_passes(tmp_path, tiny_model_dir, batch):
+def test_the_contract_kit_passes(tmp_path, trainable_runtime, batch):
     # the kit's synthetic batch has no token ids: nothing trains, and no runtime is asked
     assert check_recipe(OpenClawRecipe(state_dir=tmp_path / "s0"), tmp_path / "synthetic") == (None, None)
-    runtime = ScriptedTrainable(tiny_model_dir)
+    runtime = trainable_runtime
     recipe = OpenClawRecipe(lr=1e-2, lora_rank=4, lora_alpha=8, lora_lm_head=True, state_dir=tmp_path / "s1")
     first, second = check_recipe(recipe, tmp_path / "real", batch=batch,
                                  context=lambda scratch, current: recipe_context(scratch, current, recipe="openclaw",
@@ -75,14 +75,14 @@ def test_declarations():
     assert (OpenClawRecipe().lora.beta2, OpenClawRecipe().lora.weight_decay) == (0.98, 0.1)  # the reference's AdamW
 
 
-def test_every_turn_says_how_it_trains(tmp_path, tiny_model_dir, tokenizer, batch):
+def test_every_turn_says_how_it_trains(tmp_path, trainable_runtime, tokenizer, batch):
     retired = _turn(tokenizer, 4, "x", "y", score=0.0, meta=_judged(0, [], 0.0))
     no_tokens = Experience(report_id="rep5", scenario=SCENARIO, score=1.0, feedback=None, metadata={},
                            created_at=None, records=(chat_record("rec5", [{"role": "user", "content": "q"}], "a"),))
     recipe = OpenClawRecipe(lr=1e-3, lora_rank=4, lora_alpha=8, state_dir=tmp_path / "state")
     assert recipe.propose(Batch(SCENARIO, [retired, no_tokens]), None, _context(tmp_path, None, "s0")) is None
     cand = recipe.propose(Batch(SCENARIO, [*batch, retired, no_tokens]), None,
-                          _context(tmp_path, ScriptedTrainable(tiny_model_dir)))
+                          _context(tmp_path, trainable_runtime))
     meta = cand.metadata["openclaw"]
     by_id = {t.get("record_id"): t for t in meta["turns"]}
     assert meta["dispatch"] == {"hint_eval": 2, "anchor": 2, "hint_only": 1, "retired": 1}
@@ -109,12 +109,12 @@ def test_the_teacher_reads_the_hint_after_the_last_user_message(tokenizer):
     assert tokenizer.decode(ids).endswith("second" + HINT_PREFIX + HINT + "</s><|assistant|>")
 
 
-def test_a_step_moves_the_policy_toward_the_hinted_teacher_and_away_from_a_bad_reward(tmp_path, tiny_model_dir,
+def test_a_step_moves_the_policy_toward_the_hinted_teacher_and_away_from_a_bad_reward(tmp_path, trainable_runtime,
                                                                                       tokenizer, batch):
     recipe = OpenClawRecipe(lr=2e-2, lora_rank=4, lora_alpha=8, lora_lm_head=True, w_opd=0.0,
                             state_dir=tmp_path / "state")
     turn = recipe.turn_of(batch.items[0])[2]     # reward -1
-    learner = Learner(recipe.algorithm, recipe.lora, ScriptedTrainable(tiny_model_dir).base_model())
+    learner = Learner(recipe.algorithm, recipe.lora, trainable_runtime.base_model())
     turn.teacher_prompts = [turn.prompt_ids]
     before = recipe.algorithm.prepare(learner, turn).old_tok.sum()
     for _ in range(5):
@@ -128,7 +128,7 @@ def test_a_step_moves_the_policy_toward_the_hinted_teacher_and_away_from_a_bad_r
     turn = recipe.turn_of(batch.items[2])[2]
     rec = batch.items[2].records[0]
     turn.teacher_prompts = [teacher_prompt_ids(tokenizer, rec.request, rec.route, h) for h in turn.hints]
-    learner = Learner(recipe.algorithm, recipe.lora, ScriptedTrainable(tiny_model_dir).base_model())
+    learner = Learner(recipe.algorithm, recipe.lora, trainable_runtime.base_model())
 
     def gap():
         p = recipe.algorithm.prepare(learner, turn)

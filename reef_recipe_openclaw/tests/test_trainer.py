@@ -15,7 +15,7 @@ from reef_core import ActiveRelease, Batch, ConfigError, Experience
 from reef_core.testing import build_configured, recipe_context
 from reef_recipe_openclaw import OpenClawRecipe
 from reef_recipe_openclaw.processor import METADATA_KEY
-from reef_recipe_openclaw.testing import SCENARIO, ScriptedTrainable, chat_record, token_capture
+from reef_recipe_openclaw.testing import SCENARIO, chat_record, token_capture
 from reef_train import LocalTrainer
 
 
@@ -64,13 +64,13 @@ def _files(artifact: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_the_step_runs_on_ray_with_the_same_results_as_in_process(ray_instance, tmp_path, tiny_model_dir, tokenizer):
+def test_the_step_runs_on_ray_with_the_same_results_as_in_process(ray_instance, tmp_path, trainable_runtime, tokenizer):
     batch = Batch(SCENARIO, [
         _turn(tokenizer, 0, "what is two plus two?", "- It is 4.", score=-1.0, eval_score=-1,
               hints=["Answer in one short sentence."]),
         _turn(tokenizer, 1, "name a fruit", "mango", score=1.0, eval_score=1, hints=[]),
     ])
-    runtime = ScriptedTrainable(tiny_model_dir)
+    runtime = trainable_runtime
     ray_trainer = {"backend": "ray", "num_cpus": 1, "timeout_s": 600}
     results = {}
     for name, trainer in (("local", None), ("ray", ray_trainer)):

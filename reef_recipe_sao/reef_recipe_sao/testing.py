@@ -1,6 +1,7 @@
-"""Test helpers for the SAO recipe and its users: a runtime offering ``reef_core.TrainableBase``
-on a local model directory (e.g. ``reef_train.testing.build_tiny_model``'s), and experiences
-whose records carry real sampling logprobs from that model."""
+"""Test helpers for the SAO recipe and its users: experiences whose records carry real sampling
+logprobs from a local model directory (e.g. ``reef_train.testing.build_tiny_model``'s). The tiny
+model, its tokenizer and a trainable runtime on it are reef-train's pytest fixtures
+(``tiny_model_dir``, ``tokenizer``, ``trainable_runtime``)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from reef_core import ActiveRelease, Batch, Experience, ExperienceRecord
-from reef_core.testing import TrainableEchoRuntime, recipe_context
+from reef_core.testing import recipe_context
+from reef_train.testing import sample_rollouts
 
 SCENARIO = "kit"
-
-
-#: a runtime offering ``TrainableBase`` on a local model directory (it answers calls by echoing)
-TinyTrainable = TrainableEchoRuntime
 
 
 def record(i: int, prompt: list[int], response: list[int], logprobs: list[float] | None, *,
@@ -37,11 +35,8 @@ def sampled_batch(model_dir: Path, prompts: list[list[int]], score, *, adapter_d
                   num_samples: int = 1) -> Batch:
     """Rollouts of ``prompts`` from the tiny model (with ``adapter_dir``), each scored by
     ``score(response_ids)``: one single-reference experience per rollout."""
-    from reef_train import load_policy, rollout
-
-    policy = load_policy(model_dir, adapter_dir, seed=seed)
-    samples = rollout(policy, prompts, pad_id=0, eos_ids=[2], num_samples=num_samples,
-                      max_new_tokens=max_new_tokens, temperature=1.0, seed=seed)
+    samples = sample_rollouts(model_dir, prompts, adapter_dir=adapter_dir, seed=seed, num_samples=num_samples,
+                              max_new_tokens=max_new_tokens)
     items = [experience(i, float(score(s.response_ids)),
                         record(i, s.prompt_ids, s.response_ids, s.logprobs, release_id=release_id))
              for i, s in enumerate(samples)]

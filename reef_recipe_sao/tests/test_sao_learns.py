@@ -30,7 +30,7 @@ def digit_mass(model_dir, adapter_dir, prompts, digits) -> float:
     return total / len(prompts)
 
 
-def test_expected_reward_rises(tmp_path, tiny_model_dir, runtime):
+def test_expected_reward_rises(tmp_path, tiny_model_dir, trainable_runtime):
     tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     prompts = [prompt_ids(tok, w) for w in PROMPTS]
     digits = set(tok.convert_tokens_to_ids(list("0123456789")))
@@ -44,7 +44,7 @@ def test_expected_reward_rises(tmp_path, tiny_model_dir, runtime):
         batch = sampled_batch(tiny_model_dir, prompts, lambda r: float(r[0] in digits), adapter_dir=adapter,
                               release_id=current.release_id if current else None, seed=100 + i, max_new_tokens=2)
         rewards.append(sum(e.score for e in batch) / len(batch))
-        cand = recipe.propose(batch, current, context(tmp_path, current, runtime, f"s{i}"))
+        cand = recipe.propose(batch, current, context(tmp_path, current, trainable_runtime, f"s{i}"))
         if cand is None:
             continue
         dest = tmp_path / f"rel{i}"

@@ -49,13 +49,13 @@ def counters(learner_dir) -> dict[str, int]:
     return read_learner_state(learner_dir, "sao").counters
 
 
-def test_the_contract_kit_passes(tmp_path, runtime, batch):
+def test_the_contract_kit_passes(tmp_path, trainable_runtime, batch):
     # the kit's synthetic batch has no token ids: nothing to train on, and no runtime needed
     assert check_recipe(SAORecipe(), tmp_path / "synthetic") == (None, None)
     # the kit serves the first candidate as a release, so the records (served before it) are one behind
     recipe = SAORecipe(batch_size=4, num_critic_only_steps=0, max_staleness=1, state_dir=tmp_path / "state")
     first, second = check_recipe(recipe, tmp_path / "real", batch=batch,
-                                 context=lambda scratch, current: context(scratch, current, runtime))
+                                 context=lambda scratch, current: context(scratch, current, trainable_runtime))
     assert (first.artifact_dir / "adapter" / "adapter_config.json").is_file()
     assert counters(first.artifact_dir / "learner")["steps"] == 1
     assert second.metadata["sao"]["learner_from"] == "the serving release"
@@ -72,7 +72,7 @@ def test_lora_options_are_checked_by_reef_train_with_the_recipes_names():
     assert SAORecipe(lr=0.05, lora_lm_head=True).lora.lr == 0.05
 
 
-def test_multi_reference_and_unusable_reports_are_not_trained_on(tmp_path, runtime, batch):
+def test_multi_reference_and_unusable_reports_are_not_trained_on(tmp_path, trainable_runtime, batch):
     exp = list(batch)
     two_refs = experience(90, 1.0, exp[0].records[0], exp[1].records[0])
     no_tokens = experience(91, 1.0, record(91, [5, 6], [7], None))
@@ -82,7 +82,7 @@ def test_multi_reference_and_unusable_reports_are_not_trained_on(tmp_path, runti
     # nothing usable: None before the runtime is even asked (EchoRuntime could not train)
     assert recipe.propose(only_bad, None, context(tmp_path, None, None, "s0")) is None
     cand = recipe.propose(Batch(SCENARIO, [two_refs, *exp, no_tokens, unscored]), None,
-                          context(tmp_path, None, runtime, "s1"))
+                          context(tmp_path, None, trainable_runtime, "s1"))
     m = cand.metadata["sao"]["metrics"]
     assert m["rollouts_used"] == len(exp)
     assert (m["rollouts_dropped_multi_reference"], m["rollouts_dropped_no_tokens"], m["rollouts_dropped_unscored"]) == \
@@ -90,7 +90,7 @@ def test_multi_reference_and_unusable_reports_are_not_trained_on(tmp_path, runti
     assert m["rollouts_dropped"] == 3
 
 
-def test_stale_rollouts_are_dropped_and_counted(tmp_path, runtime, batch):
+def test_stale_rollouts_are_dropped_and_counted(tmp_path, trainable_runtime, batch):
     exp = list(batch)
     releases = [SimpleNamespace(release_id=f"rel{i}", sequence=i) for i in (1, 2, 3)]
     store = SimpleNamespace(list_releases=lambda scenario, newest_first=False: releases)
@@ -100,7 +100,7 @@ def test_stale_rollouts_are_dropped_and_counted(tmp_path, runtime, batch):
                                               zip(exp, ["rel3", "rel2", "rel1", "rel3"]))]
     current = release_of(tmp_path / "serving", "rel3")
     (tmp_path / "serving").mkdir()
-    ctx = context(tmp_path, current, runtime)
+    ctx = context(tmp_path, current, trainable_runtime)
     ctx.store = store
     cand = SAORecipe(max_staleness=1, num_critic_only_steps=0, state_dir=tmp_path / "state").propose(
         Batch(SCENARIO, served), current, ctx)
@@ -169,19 +169,19 @@ def test_k_critic_updates_before_each_actor_update(tiny_model_dir, batch):
     assert (learner.counters["critic_steps"], learner.counters["actor_steps"], learner.counters["steps"]) == (9, 2, 3)
 
 
-def test_warm_up_state_waits_on_top_of_the_serving_release(tmp_path, runtime, batch):
+def test_warm_up_state_waits_on_top_of_the_serving_release(tmp_path, trainable_runtime, batch):
     recipe = SAORecipe(batch_size=4, num_critic_only_steps=1, state_dir=tmp_path / "state")
-    assert recipe.propose(batch, None, context(tmp_path, None, runtime, "s1")) is None   # critic only
+    assert recipe.propose(batch, None, context(tmp_path, None, trainable_runtime, "s1")) is None   # critic only
     pending = recipe.warmup_dir(SCENARIO, None)
     assert counters(pending)["steps"] == 1
-    cand = recipe.propose(batch, None, context(tmp_path, None, runtime, "s2"))
+    cand = recipe.propose(batch, None, context(tmp_path, None, trainable_runtime, "s2"))
     assert cand.metadata["sao"]["learner_from"] == "warm-up on top of the serving release"
     assert cand.metadata["sao"]["steps"] == 2 and cand.metadata["sao"]["actor_steps"] == 1
 
 
-def test_a_restart_resumes_the_critic_from_the_serving_release(tmp_path, runtime, batch):
+def test_a_restart_resumes_the_critic_from_the_serving_release(tmp_path, trainable_runtime, batch):
     first = SAORecipe(batch_size=4, num_critic_only_steps=0, state_dir=tmp_path / "state-a").propose(
-        batch, None, context(tmp_path, None, runtime, "s1"))
+        batch, None, context(tmp_path, None, trainable_runtime, "s1"))
     shutil.copytree(first.artifact_dir, tmp_path / "rel1")
     current = release_of(tmp_path / "rel1", "rel1")
     saved_head = load_file(str(tmp_path / "rel1" / "learner" / "value_head.safetensors"))
@@ -190,20 +190,20 @@ def test_a_restart_resumes_the_critic_from_the_serving_release(tmp_path, runtime
     recipe = SAORecipe(batch_size=4, num_critic_only_steps=0, max_staleness=1, state_dir=tmp_path / "state-b")
     learner_dir, source = recipe.learner_source(SCENARIO, current)
     assert (learner_dir, source) == (tmp_path / "rel1" / "learner", "the serving release")
-    base = runtime.base_model()
-    learner = Learner(recipe.algorithm, recipe.lora, base, adapter=runtime.adapter_of(current), state=learner_dir,
+    base = trainable_runtime.base_model()
+    learner = Learner(recipe.algorithm, recipe.lora, base, adapter=trainable_runtime.adapter_of(current), state=learner_dir,
                       pad_id=0)
     assert torch.equal(learner.critic.head.weight.detach(), saved_head["weight"])
     assert learner.counters["steps"] == 1 and learner.optimizer.state    # moments restored, not re-warmed
-    second = recipe.propose(batch, current, context(tmp_path, current, runtime, "s2"))
+    second = recipe.propose(batch, current, context(tmp_path, current, trainable_runtime, "s2"))
     assert second.metadata["sao"]["learner_from"] == "the serving release"
     assert counters(second.artifact_dir / "learner")["critic_steps"] == 4
 
 
-def test_several_optimizer_steps_make_one_candidate(tmp_path, runtime, batch):
+def test_several_optimizer_steps_make_one_candidate(tmp_path, trainable_runtime, batch):
     recipe = SAORecipe(batch_size=2, steps_per_candidate=2, num_critic_only_steps=1, state_dir=tmp_path / "state")
     assert recipe.batch_size == 4  # what the kernel hands propose: every step of the candidate
-    cand = recipe.propose(Batch(SCENARIO, list(batch)[:4]), None, context(tmp_path, None, runtime))
+    cand = recipe.propose(Batch(SCENARIO, list(batch)[:4]), None, context(tmp_path, None, trainable_runtime))
     m = cand.metadata["sao"]
     # the first step warms the critic up, the second moves the policy: one candidate carries both
     assert m["metrics"]["optimizer_steps"] == 2 and m["metrics"]["rollouts_used"] == 4
@@ -211,12 +211,12 @@ def test_several_optimizer_steps_make_one_candidate(tmp_path, runtime, batch):
     assert [s["actor_updated"] for s in m["metrics"]["steps_detail"]] == [False, True]
 
 
-def test_grpo_dis_uses_groups_of_one_prompt_and_no_critic(tmp_path, runtime, tiny_model_dir, prompts):
+def test_grpo_dis_uses_groups_of_one_prompt_and_no_critic(tmp_path, trainable_runtime, tiny_model_dir, prompts):
     grouped = sampled_batch(tiny_model_dir, prompts[:2], lambda r: float(r[0] % 2), seed=5, num_samples=4)
     single = sampled_batch(tiny_model_dir, prompts[3:], lambda r: 1.0, seed=6)
     items = list(grouped) + [experience(50, 1.0, single.items[0].records[0])]
     recipe = SAORecipe(mode="grpo_dis", n_samples_per_prompt=4, batch_size=8, state_dir=tmp_path / "state")
-    cand = recipe.propose(Batch(SCENARIO, items), None, context(tmp_path, None, runtime))
+    cand = recipe.propose(Batch(SCENARIO, items), None, context(tmp_path, None, trainable_runtime))
     m = cand.metadata["sao"]["metrics"]
     assert (m["rollouts_used"], m["rollouts_dropped_ungrouped"]) == (8, 1)
     assert "critic_updates" not in m and m["actor_updated"] is True

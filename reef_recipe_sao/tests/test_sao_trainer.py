@@ -87,7 +87,7 @@ def _assert_same_metrics(local: dict, remote: dict) -> None:
 
 @pytest.mark.slow
 def test_the_step_runs_on_ray_with_the_same_results_as_in_process(ray_instance, tmp_path, tiny_model_dir, tokenizer,
-                                                                 runtime):
+                                                                 trainable_runtime):
     prompts = [prompt_ids(tokenizer, w) for w in ["one", "two", "three", "four"]]
     batch = sampled_batch(tiny_model_dir, prompts, lambda r: float(r[0] % 2), seed=3)
     ray_trainer = {"backend": "ray", "num_cpus": 1, "timeout_s": 600}
@@ -96,13 +96,13 @@ def test_the_step_runs_on_ray_with_the_same_results_as_in_process(ray_instance, 
         recipe = SAORecipe(batch_size=4, num_critic_only_steps=1, max_staleness=1, trainer=trainer,
                            state_dir=tmp_path / name / "state")
         # a warm-up step (critic only) is kept on top of the serving release, then the policy moves
-        assert recipe.propose(batch, None, context(tmp_path / name, None, runtime, "s1")) is None
+        assert recipe.propose(batch, None, context(tmp_path / name, None, trainable_runtime, "s1")) is None
         assert read_learner_state(recipe.warmup_dir(SCENARIO, None), "sao").counters["steps"] == 1
-        first = recipe.propose(batch, None, context(tmp_path / name, None, runtime, "s2"))
+        first = recipe.propose(batch, None, context(tmp_path / name, None, trainable_runtime, "s2"))
         shutil.copytree(first.artifact_dir, tmp_path / name / "rel1")
         # the next step continues the served adapter and learner state (shipped to the worker)
         current = release_of(tmp_path / name / "rel1", "rel1")
-        second = recipe.propose(batch, current, context(tmp_path / name, current, runtime, "s3"))
+        second = recipe.propose(batch, current, context(tmp_path / name, current, trainable_runtime, "s3"))
         results[name] = (first, second)
 
     for local, remote in zip(results["local"], results["ray"]):

@@ -1,6 +1,7 @@
-"""Test helpers for the TTTD recipe and its users: a runtime offering ``reef_core.TrainableBase``
-on a local model directory, and grids of experiences whose records carry real sampling
-logprobs from that model."""
+"""Test helpers for the TTTD recipe and its users: grids of experiences whose records carry
+real sampling logprobs from a local model directory. The tiny model, its tokenizer and a
+trainable runtime on it are reef-train's pytest fixtures (``tiny_model_dir``, ``tokenizer``,
+``trainable_runtime``)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from reef_core import Batch, Experience, ExperienceRecord
-from reef_core.testing import TrainableEchoRuntime
+from reef_train.testing import sample_rollouts
 
 SCENARIO = "kit"
-
-
-#: a runtime offering ``TrainableBase`` on a local model directory (it answers calls by echoing)
-TinyTrainable = TrainableEchoRuntime
 
 
 def grid_metadata(step: int, group: int, rollout: int, groups: int, rollouts: int, **extra: Any) -> dict[str, Any]:
@@ -58,11 +55,8 @@ def scored_grid(rewards: list[list[float]], *, step: int = 0, releases: list[lis
 def sampled_grid(model_dir: Path, prompt: list[int], score, *, groups: int = 2, rollouts: int = 4, seed: int = 0,
                  max_new_tokens: int = 6, step: int = 0) -> Batch:
     """A G×R grid of rollouts of ``prompt`` from the model in ``model_dir``, scored by ``score(response_ids)``."""
-    from reef_train import load_policy, rollout
-
-    policy = load_policy(model_dir, seed=seed)
-    samples = rollout(policy, [prompt] * groups, pad_id=0, eos_ids=[2], num_samples=rollouts,
-                      max_new_tokens=max_new_tokens, temperature=1.0, seed=seed)
+    samples = sample_rollouts(model_dir, [prompt] * groups, seed=seed, num_samples=rollouts,
+                              max_new_tokens=max_new_tokens)
     rewards, tokens = [], []
     for g in range(groups):
         row = samples[g * rollouts:(g + 1) * rollouts]

@@ -50,10 +50,10 @@ def test_constant_groups_are_removed_and_one_kept_when_all_are():
     assert informative_groups([[0.0, 0.0], [0.2, 0.2]]) == ([0], 1)
 
 
-def test_mixed_release_batch_trains_nothing(tmp_path, runtime):
+def test_mixed_release_batch_trains_nothing(tmp_path, trainable_runtime):
     recipe = TTTDRecipe(groups_per_step=2, rollouts_per_group=2)
     batch = Batch(SCENARIO, scored_grid([[0.1, 0.2], [0.3, 0.4]], releases=[["r1", "r1"], ["r2", "r2"]]))
-    assert recipe.propose(batch, None, recipe_context(tmp_path, None, recipe="tttd", runtime=runtime)) is None
+    assert recipe.propose(batch, None, recipe_context(tmp_path, None, recipe="tttd", runtime=trainable_runtime)) is None
 
 
 def test_loss_is_an_unclipped_token_sum():
@@ -102,14 +102,14 @@ def test_one_step_moves_the_lora_towards_the_best(tiny_model_dir, grid_batch):
         assert float(now[0, start:start + len(best.response_ids)].sum()) > sum(best.logprobs)
 
 
-def test_the_contract_kit_passes(tmp_path, runtime, grid_batch):
+def test_the_contract_kit_passes(tmp_path, trainable_runtime, grid_batch):
     # the kit's synthetic batch is no grid: rejected, nothing trains
     assert check_recipe(TTTDRecipe(), tmp_path / "synthetic") == (None, None)
     recipe = TTTDRecipe(groups_per_step=2, rollouts_per_group=4, max_staleness=1, lora_rank=4, lora_alpha=8,
                         lora_lm_head=True, lr=1e-3)
     first, second = check_recipe(recipe, tmp_path / "real", batch=grid_batch,
                                  context=lambda scratch, current: recipe_context(scratch, current, recipe="tttd",
-                                                                                 runtime=runtime))
+                                                                                 runtime=trainable_runtime))
     assert (first.artifact_dir / "adapter" / "adapter_config.json").is_file()
     assert read_learner_state(first.artifact_dir / "learner", "tttd").counters["steps"] == 1
     assert second.metadata["tttd"]["learner_from"] == "the serving release"
@@ -127,11 +127,11 @@ def test_search_only_trains_nothing(tmp_path, grid_batch):
     assert recipe.propose(grid_batch, None, recipe_context(tmp_path, None, recipe="tttd")) is None
 
 
-def test_records_without_tokens_say_what_to_do(tmp_path, runtime):
+def test_records_without_tokens_say_what_to_do(tmp_path, trainable_runtime):
     recipe = TTTDRecipe(groups_per_step=1, rollouts_per_group=2)
     batch = Batch(SCENARIO, scored_grid([[0.1, 0.9]]))
     with pytest.raises(GridError, match="runtime=local"):
-        recipe.propose(batch, None, recipe_context(tmp_path, None, recipe="tttd", runtime=runtime))
+        recipe.propose(batch, None, recipe_context(tmp_path, None, recipe="tttd", runtime=trainable_runtime))
 
 
 def test_options_are_checked():

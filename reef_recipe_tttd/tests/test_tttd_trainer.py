@@ -45,7 +45,7 @@ def _files(artifact: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_the_step_runs_on_ray_with_the_same_results_as_in_process(ray_instance, tmp_path, tiny_model_dir, tokenizer,
-                                                                 runtime):
+                                                                 trainable_runtime):
     digits = set(tokenizer.convert_tokens_to_ids(list("0123456789")))
     grid = sampled_grid(tiny_model_dir, prompt_ids(tokenizer, "pack"),
                         lambda r: float(sum(t in digits for t in r)) + 0.01 * len(r), groups=2, rollouts=4, seed=1)
@@ -54,12 +54,12 @@ def test_the_step_runs_on_ray_with_the_same_results_as_in_process(ray_instance, 
         recipe = TTTDRecipe(groups_per_step=2, rollouts_per_group=4, max_staleness=1, lora_rank=4, lora_alpha=8,
                             lora_lm_head=True, lr=1e-2, trainer=trainer)
         first = recipe.propose(grid, None, recipe_context(tmp_path / name / "s1", None, recipe="tttd",
-                                                          runtime=runtime))
+                                                          runtime=trainable_runtime))
         shutil.copytree(first.artifact_dir, tmp_path / name / "rel1")
         # the next step continues the served adapter and Adam's moments (shipped to the worker)
         current = ActiveRelease(scenario=SCENARIO, release_id="rel1", content_hash="", path=tmp_path / name / "rel1")
         second = recipe.propose(grid, current, recipe_context(tmp_path / name / "s2", current, recipe="tttd",
-                                                              runtime=runtime))
+                                                              runtime=trainable_runtime))
         results[name] = (first, second)
 
     for local, remote in zip(results["local"], results["ray"]):

@@ -3,7 +3,10 @@
 
 - ``tiny_model_dir``: a tiny random Llama with an offline character tokenizer
   (``reef_train.testing.build_tiny_model``), built once per test session;
-- ``tokenizer``: its tokenizer.
+- ``tokenizer``: its tokenizer;
+- ``trainable_runtime``: a runtime offering ``reef_core.TrainableBase`` on it
+  (``reef_core.testing.TrainableEchoRuntime``: training loads the files, calls are echoed),
+  what a weight recipe's ``propose`` needs; skipped where reef-core is not installed.
 
 Nothing is downloaded: Hugging Face's offline switches are set (unless the environment sets
 them) before any test runs. A ``conftest.py`` fixture of the same name takes precedence.
@@ -31,3 +34,9 @@ def tokenizer(tiny_model_dir):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(tiny_model_dir))
+
+
+@pytest.fixture()
+def trainable_runtime(tiny_model_dir):
+    testing = pytest.importorskip("reef_core.testing", reason="reef-core is not installed")
+    return testing.TrainableEchoRuntime(tiny_model_dir)

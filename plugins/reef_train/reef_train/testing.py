@@ -1,5 +1,6 @@
-"""Test helpers for reef-train and its users: a tiny random Llama built offline, and a
-word-loving LoRA trained through the shared learner (``Reinforce``, the smallest ``Algorithm``).
+"""Test helpers for reef-train and its users: a tiny random Llama built offline, rollouts
+sampled from it, and a word-loving LoRA trained through the shared learner (``Reinforce``, the
+smallest ``Algorithm``). The fixtures built on them are ``reef_train.pytest_plugin``'s.
 
 Nothing is downloaded: the tokenizer is built in memory with ``tokenizers`` (install the
 ``test`` extra) and the model from a ``LlamaConfig`` with a fixed seed.
@@ -59,6 +60,22 @@ def build_tiny_model(out: Path, seed: int = 0) -> Path:
     model.save_pretrained(str(out))
     tok.save_pretrained(str(out))
     return out
+
+
+def sample_rollouts(model_dir: Path, prompts: list[list[int]], *, adapter_dir: Path | None = None, seed: int = 0,
+                    num_samples: int = 1, max_new_tokens: int = 4, temperature: float = 1.0) -> list[Sample]:
+    """``num_samples`` completions of each of ``prompts`` (token ids) from the model in
+    ``model_dir`` (with ``adapter_dir``), with their sampling logprobs, grouped by prompt: what a
+    weight recipe's test turns into records it trains on."""
+    from transformers import AutoTokenizer
+
+    from .policy import load_policy
+    from .rollout import rollout
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    policy = load_policy(model_dir, adapter_dir, seed=seed)
+    return rollout(policy, prompts, pad_id=tok.pad_token_id, eos_ids=[tok.eos_token_id], num_samples=num_samples,
+                   max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
 
 
 def prompt_ids(tokenizer, text: str) -> list[int]:

@@ -29,3 +29,10 @@ def test_load_trainable_takes_a_worker_base(tiny_model_dir):
     policy = load_trainable(base_input({"base": tiny_model_dir}, "test", device="cpu"), r=2)
     params = list(trainable_parameters(policy))
     assert params and all(p.device.type == "cpu" for p in params)
+
+
+def test_the_trainable_runtime_fixture_serves_the_tiny_model_to_training(trainable_runtime, tiny_model_dir):
+    base = trainable_runtime.base_model()
+    assert (base.path, base.device) == (tiny_model_dir, "cpu") and trainable_runtime.adapter_of(None) is None
+    assert trainable_runtime.trainable_problem() is None
+    assert all(p.device.type == "cpu" for p in trainable_parameters(load_trainable(base, r=2)))
