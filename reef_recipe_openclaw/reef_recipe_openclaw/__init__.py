@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from reef_core import ConfigError, hookimpl, require_trainable
+from reef_core import hookimpl
 from reef_core.kit import lazy_exports
 
 # Each name imports its module on first use: every ``reef`` command loads this plugin, and the
@@ -87,11 +87,9 @@ async def startup(reef: Any) -> None:
     attach the computed-feedback service to this kernel (not in one-shot CLI kernels)."""
     if reef.learning is None or reef.settings.group("recipe")[0] != RECIPE:
         return
-    try:
-        require_trainable(reef.runtime, RECIPE)
-    except ConfigError as exc:
-        raise ConfigError(f"{exc} (configured: runtime={reef.settings.group('runtime')[0]})") from None
-    if not reef.background:
+    from reef_train.startup import refuse_untrainable_runtime  # imports torch: only for this recipe
+
+    if not refuse_untrainable_runtime(reef, RECIPE) or not reef.background:
         return
     from .recipe import OpenClawRecipe
     from .service import OpenClawService

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from reef_core import ConfigError, Experience, RecordFilter, hookimpl, require_trainable
+from reef_core import Experience, RecordFilter, hookimpl
 from reef_core.kit import lazy_exports
 
 # Each name imports its module on first use: every ``reef`` command loads this plugin, and the
@@ -70,7 +70,6 @@ def startup(reef):
     one line naming the recipe and the runtime, exit 2, before the first request."""
     if reef.learning is None or reef.settings.group("recipe")[0] != RECIPE:
         return
-    try:
-        require_trainable(reef.runtime, RECIPE)
-    except ConfigError as exc:
-        raise ConfigError(f"{exc} (configured: runtime={reef.settings.group('runtime')[0]})") from None
+    from reef_train.startup import refuse_untrainable_runtime  # imports torch: only for this recipe
+
+    refuse_untrainable_runtime(reef, RECIPE)

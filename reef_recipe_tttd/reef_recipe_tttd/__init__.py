@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from reef_core import ConfigError, hookimpl, require_trainable
+from reef_core import hookimpl
 from reef_core.kit import lazy_exports
 
 # Each name imports its module on first use: every ``reef`` command loads this plugin, and the
@@ -103,13 +103,9 @@ def reef_config_dir():
 def startup(reef):
     """Refuse to serve ``recipe=tttd`` on a runtime training cannot reach (e.g. ``upstream``),
     unless the variant is ``search-only``: one line naming the recipe and the runtime, exit 2."""
-    if reef.learning is None:
+    if reef.learning is None or reef.settings.group("recipe")[0] != RECIPE:
         return
-    name, options = reef.settings.group("recipe")
-    if name != RECIPE or (options or {}).get("variant") == "search-only":
-        return
-    try:
-        require_trainable(reef.runtime, RECIPE)
-    except ConfigError as exc:
-        raise ConfigError(f"{exc} (configured: runtime={reef.settings.group('runtime')[0]}; variant=search-only "
-                          "needs no training)") from None
+    from reef_train.startup import refuse_untrainable_runtime  # imports torch: only for this recipe
+
+    refuse_untrainable_runtime(reef, RECIPE, exempt=lambda options: options.get("variant") == "search-only",
+                               note="; variant=search-only needs no training")

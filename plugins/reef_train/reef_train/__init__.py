@@ -36,6 +36,8 @@ The pieces, each usable alone:
   ``reef-train[ray]``); a failed or lost step is a ``TrainerError``, never a crash;
   ``base_input`` reads a step's ``base`` input as a ``WorkerBase`` (the served base as the
   worker sees it, for ``load_trainable``);
+* ``startup`` — ``refuse_untrainable_runtime``, the start-up check a weight recipe makes in a
+  server (the one module that uses reef-core, and only when called; not re-exported here);
 * ``testing`` — a tiny random model built offline, for tests of the toolkit and its users.
 """
 
