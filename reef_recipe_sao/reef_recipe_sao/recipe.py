@@ -27,6 +27,7 @@ from .algorithm import Rollout, SAOAlgorithm
 
 Mode = Literal["sao", "grpo_dis"]
 
+
 class SAORecipe(Recipe):
     """Trains the policy's LoRA with DIS on scored single rollouts, with a LoRA critic (``sao``)
     or group-normalised advantages (``grpo_dis``, the control arm)."""
