@@ -20,9 +20,12 @@ from reef_core.commit.stats import (
     PairedStats,
     bootstrap_interval,
     decide,
+    expanded_z,
     paired_stats,
     seed_for,
     sign_test,
+    student_t_cdf,
+    student_t_quantile,
 )
 from reef_core.commit.tasks import (
     AUTO_REPEATS,
@@ -205,6 +208,29 @@ def test_bootstrap_is_deterministic_in_its_seed():
     assert seed_for("cand_1") == seed_for("cand_1") != seed_for("cand_2")
     assert 0 <= seed_for("cand_1") < 2 ** 64
     assert paired_stats([[1.0], [0.0]], [[0.0], [0.0]], seed=3) == paired_stats([[1.0], [0.0]], [[0.0], [0.0]], seed=3)
+
+
+def test_student_t_and_the_expanded_quantile():
+    for df, p, table in [(1, 0.975, 12.7062), (2, 0.975, 4.3027), (3, 0.975, 3.1824), (5, 0.99, 3.3649),
+                         (10, 0.975, 2.2281), (30, 0.995, 2.7500), (4, 0.9, 1.5332)]:
+        assert student_t_quantile(p, df) == pytest.approx(table, abs=1e-4)
+        assert student_t_cdf(student_t_quantile(p, df), df) == pytest.approx(p, abs=1e-9)
+    assert student_t_quantile(0.025, 7) == pytest.approx(-student_t_quantile(0.975, 7))
+    # √(n/(n−1)) · t(n−1) approaches the normal quantile as tasks grow
+    assert expanded_z(0.025, 4) > expanded_z(0.025, 24) > expanded_z(0.025, 1000) > 1.96
+    assert expanded_z(0.025, 1000) == pytest.approx(1.96, abs=0.01)
+
+
+def test_the_interval_is_not_too_narrow_at_small_error_rates():
+    """At a look's small alpha, 2,000 resamples leave a handful beyond the percentile: the
+    interval is at least the normal one with the resampled sd, so noise cannot narrow it."""
+    rng = random.Random(3)
+    diffs = [float(rng.random() < 0.5) - float(rng.random() < 0.5) for _ in range(24)]
+    low, high = bootstrap_interval(diffs, confidence=1 - 2 * 0.004, seed=1)
+    mean = sum(diffs) / 24
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / 23)
+    t_half = student_t_quantile(1 - 0.004, 23) * sd / math.sqrt(24)  # the t interval's half-width
+    assert low <= mean - 0.95 * t_half and high >= mean + 0.95 * t_half
 
 
 def test_sign_test_p_values():
