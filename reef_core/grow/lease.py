@@ -7,7 +7,7 @@ and releases it afterwards. The candidate records the lease's fencing token, and
 re-checks it under the lease row's lock (``RecordStore.fenced``), so a step whose process lost
 the lease (paused or partitioned past the expiry) ends ``fenced`` and never publishes.
 
-Recovery: undecided candidates of a scenario are settled only by a process that holds the
+Recovery: unsettled candidates of a scenario are settled only by a process that holds the
 scenario's lease with a newer token (``settle_ended_steps``): their holder's lease ended, so
 they can never publish. The release chain is caught up first: a release the dead step put in
 the artifact store but not in the database is recorded and its candidate marked published, so
@@ -38,7 +38,7 @@ from ..store import LEASE_CHANNEL, CandidateRow
 log = logging.getLogger("reef.grow")
 
 #: candidate statuses a step leaves behind only while it runs (or when its process died)
-UNDECIDED = ("proposed", "evaluating", "selected")
+UNSETTLED = ("proposed", "evaluating", "selected")
 #: how often ``Leases.hold`` tries again while it may wait for a lease
 ACQUIRE_RETRY_S = 0.1
 INTERRUPTED_REASON = ("interrupted: the growth step that made this candidate stopped before publishing it "
@@ -161,7 +161,7 @@ class Leases:
 
 
 def settle_orphans(store: Any, rows: Iterable[CandidateRow], max_attempts: int) -> list[str]:
-    """Settle undecided candidates whose step can never finish (the caller proved it: it holds
+    """Settle unsettled candidates whose step can never finish (the caller proved it: it holds
     their scenario's lease with a newer token) once the chain was caught up
     (``settle_ended_steps``). Published ones (recorded, but their process died before marking
     them) are marked so; the others become errors and their experience returns to the pool
@@ -181,7 +181,7 @@ def settle_orphans(store: Any, rows: Iterable[CandidateRow], max_attempts: int) 
 
 def settle_ended_steps(chain: Any, store: Any, scenario: str, token: int,
                        max_attempts: int) -> tuple[list[CandidateRow], list[str]]:
-    """Settle the undecided candidates of ``scenario`` left by holdings older than ``token`` (the
+    """Settle the unsettled candidates of ``scenario`` left by holdings older than ``token`` (the
     caller holds the lease with it): (the candidates settled, the ids settled as interrupted).
 
     The chain first (``ReleaseChain.catch_up``): a step killed after its release reached the
@@ -196,7 +196,7 @@ def settle_ended_steps(chain: Any, store: Any, scenario: str, token: int,
 
 def orphans_of(store: Any, scenario: str, token: int) -> list[CandidateRow]:
     """Undecided candidates of ``scenario`` from holdings older than ``token``."""
-    return [row for row in store.candidates_with_status(UNDECIDED)
+    return [row for row in store.candidates_with_status(UNSETTLED)
             if row.scenario == scenario and (row.lease_token is None or row.lease_token < token)]
 
 

@@ -3,7 +3,7 @@
 ``LearningLoop`` is an in-process plugin: ``reef_core.compose.build_reef`` builds it and
 registers it on the kernel (``reef.register``), which also sets ``reef.learning``. Its hooks:
 
-- ``startup``: settle candidates a previous process left undecided, of the scenarios whose
+- ``startup``: settle candidates a previous process left unsettled, of the scenarios whose
   growth lease this process can take (``reef_core.grow.lease``: other live servers' steps
   are left alone; their experience returns to the pool under the return rule), then (unless
   the kernel is one-shot) wake the scenarios with something to learn, start the schedule and
@@ -273,7 +273,7 @@ class LearningLoop:
     # ------------------------------------------------------------------ internals
 
     def _settle_interrupted(self) -> None:
-        """Candidates an ended process left undecided: once the release chain is caught up,
+        """Candidates an ended process left unsettled: once the release chain is caught up,
         published ones (in the chain, but the process died before marking them) are marked so,
         the others become errors and their experience returns to the pool under the return
         rule. Only in scenarios whose lease this process can take (free, expired, or held by a
@@ -283,13 +283,13 @@ class LearningLoop:
         for scenario in sorted(stuck):
             holding = self.leases.acquire(scenario)
             if holding is None:
-                log.info("%s: undecided candidates left alone: another server holds the growth lease", scenario)
+                log.info("%s: unsettled candidates left alone: another server holds the growth lease", scenario)
                 continue
             try:
                 settle_ended_steps(self.reef.releases.chain, self.store, scenario, holding.token,
                                    self.settings.loop.max_attempts)
             except Exception:  # the release chain cannot be read now: the scenario's next step settles them
-                log.exception("%s: undecided candidates left for the next growth step: catching up the "
+                log.exception("%s: unsettled candidates left for the next growth step: catching up the "
                               "release chain failed", scenario)
             finally:
                 self.leases.release(holding)

@@ -37,7 +37,7 @@ candidate_published  all written; the lease not released         nothing to repa
 Recovery is the next lease holder's (``reef_core.grow.lease.settle_ended_steps``), with a
 newer token, before its own step: first the chain is caught up (``ReleaseChain.catch_up``:
 a release the store has and the database lacks is recorded from its manifest and its
-candidate marked published), then the undecided candidates of older holdings are settled:
+candidate marked published), then the unsettled candidates of older holdings are settled:
 *published* when a release row names them, else *interrupted* (``error``; the experience
 returns to the pool under the return rule, counting the attempt). A published candidate
 keeps its batch, so each report is consumed by one published candidate only; the holder
@@ -112,14 +112,14 @@ def summarize(evaluation: Evaluation, decision: Decision) -> dict[str, Any]:
 
 def auto_step_due(reef: Reef, plan: ScenarioPlan) -> bool:
     """Whether an automatic step of ``plan.scenario`` may do anything (blocking): a full batch
-    is eligible, or the scenario has undecided candidates a lease holder may have to settle.
+    is eligible, or the scenario has unsettled candidates a lease holder may have to settle.
     Checked before taking the lease, so checks that find nothing never take it (across
     servers, each report and schedule tick triggers one)."""
-    from .lease import UNDECIDED
+    from .lease import UNSETTLED
 
     if plan.recipe.update_target == "none":
         return False
-    if any(row.scenario == plan.scenario for row in reef.store.candidates_with_status(UNDECIDED)):
+    if any(row.scenario == plan.scenario for row in reef.store.candidates_with_status(UNSETTLED)):
         return True
     size = int(plan.recipe.batch_size or 0)
     if size <= 0:

@@ -86,18 +86,18 @@ def _traffic(server: Server, tag: str, n: int, receipts: list[str]) -> None:
         report(server.client, [receipt], score=0.0, feedback=f"Rule {tag}-{i}: answer in one sentence")
 
 
-def _undecided(store: RecordStore) -> list:
+def _unsettled(store: RecordStore) -> list:
     return store.candidates_with_status(("proposed", "evaluating", "selected"))
 
 
 def _settled(store: RecordStore, timeout: float, batch: int = BATCH) -> None:
     """Wait until fewer reports than a batch are left (an explicit grow takes a smaller batch),
-    no candidate is undecided and no step holds the lease; say what is stuck if not."""
+    no candidate is unsettled and no step holds the lease; say what is stuck if not."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         counts = store.counts("default")
         lease = store.get_lease("default")
-        if (counts["reports"] - counts["consumed_reports"] < batch and not _undecided(store)
+        if (counts["reports"] - counts["consumed_reports"] < batch and not _unsettled(store)
                 and (lease is None or lease.expires_at <= store.lease_clock())):  # no step between consume and row
             return
         time.sleep(0.1)
@@ -158,7 +158,7 @@ def test_three_servers_share_one_postgres_and_grow_one_step_at_a_time(tmp_path, 
             assert store.get_candidate(killed).reason.startswith("interrupted")
 
             # a paused holder: its lease expires, another takes over; resumed, it is fenced
-            wait_for(lambda: not _undecided(store), "the survivors' steps decided", timeout=120)
+            wait_for(lambda: not _unsettled(store), "the survivors' steps decided", timeout=120)
             live = {s.pid for s in survivors}
             _traffic(survivors[0], "d", 4, [])
             paused_pid, paused = wait_for(lambda: _running(gate_log, live), "a step in its gate")
@@ -170,7 +170,7 @@ def test_three_servers_share_one_postgres_and_grow_one_step_at_a_time(tmp_path, 
                      "the other server's step after the lease expired", timeout=120)
             os.kill(paused_pid, signal.SIGCONT)
             wait_for(lambda: store.get_candidate(paused).status == "fenced", "the paused step fenced", timeout=120)
-            wait_for(lambda: not _undecided(store), "every step decided", timeout=120)
+            wait_for(lambda: not _unsettled(store), "every step decided", timeout=120)
 
             candidates = store.list_candidates("default")
             published = {r.candidate_id for r in store.list_releases("default")}

@@ -98,7 +98,7 @@ async def _following(reef: Reef, git_path: Path, timeout_s: float = 30.0) -> Non
 
 def check_consumed_once(reef: Reef, reports: list[str], git_path: Path) -> None:
     """Every report consumed by exactly one published candidate (its ledger line appears once in
-    the head, and its consumption is held by that candidate), no candidate left undecided or
+    the head, and its consumption is held by that candidate), no candidate left unsettled or
     holding experience unpublished, the releases table equal to the git chain, the head served."""
     store = reef.store
     rows = store.list_releases("default", newest_first=False)
@@ -258,7 +258,7 @@ def test_a_server_retries_a_conflicting_batch_on_the_new_head_by_itself(tmp_path
 
 def test_nothing_is_settled_while_a_remote_chain_cannot_be_fetched(tmp_path, store_url):
     """A dead step may have pushed its release to the shared remote: until the remote answers,
-    its candidate is left undecided and nothing is consumed."""
+    its candidate is left unsettled and nothing is consumed."""
     remote = tmp_path / "remote.git"
     subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
     config = _config(tmp_path, store_url)
