@@ -291,7 +291,9 @@ class Evaluator(ABC):
 
     @abstractmethod
     def decide(self, evaluation: Evaluation) -> Decision:
-        """The verdict: ``Decision("select" | "reject" | "error", reason)``."""
+        """The verdict: ``Decision("select" | "reject" | "undecided" | "error", reason)``;
+        ``undecided`` when the evidence gathered within the evaluator's cap decides neither way
+        (not published, like ``reject``)."""
 
 
 @runtime_checkable

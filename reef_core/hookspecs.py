@@ -115,7 +115,7 @@ def report_stored(report):
 
 @hookspec
 def candidate_evaluated(candidate, evaluation, decision):
-    """Called after an evaluator has decided on a candidate (selected, rejected or errored), with copies
+    """Called after an evaluator has decided on a candidate (selected, rejected, undecided or errored), with copies
     of the ``Candidate`` and ``Evaluation`` (changing them changes nothing in the kernel) and the frozen
     ``Decision``."""
 

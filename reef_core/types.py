@@ -14,7 +14,9 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 UpdateTarget = Literal["harness", "adapter", "weights", "none"]
-Outcome = Literal["select", "reject", "error"]
+#: a gate's verdict: ``undecided`` when its evidence reached the cap without deciding (not
+#: published, like ``reject``, but recorded as its own outcome)
+Outcome = Literal["select", "reject", "undecided", "error"]
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,15 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 from ..errors import ReefError
-from ..types import ActiveRelease, Candidate, Decision, Evaluation, InferenceCall
+from ..types import ActiveRelease, Candidate, Decision, Evaluation, InferenceCall, Outcome
 
 log = logging.getLogger("reef.commit")
+
+#: the outcomes a ``Decision`` may have (``reef_core.types.Outcome``)
+OUTCOMES = get_args(Outcome)
 
 
 class EvaluationCancelled(ReefError):
@@ -107,8 +110,8 @@ def run_gate(evaluator: Any, name: str, candidate: Candidate, current: ActiveRel
                 raise TypeError(f"evaluate returned {type(evaluation).__name__}, not an Evaluation")
             result["evaluation"] = evaluation
             decision = evaluator.decide(evaluation)
-            if not isinstance(decision, Decision) or decision.outcome not in ("select", "reject", "error"):
-                raise TypeError(f"decide returned {decision!r}, not a Decision(select|reject|error)")
+            if not isinstance(decision, Decision) or decision.outcome not in OUTCOMES:
+                raise TypeError(f"decide returned {decision!r}, not a Decision({'|'.join(OUTCOMES)})")
             result["decision"] = decision
         except BaseException as exc:  # noqa: BLE001 - fail-closed: every failure rejects the candidate
             result["error"] = exc

@@ -9,9 +9,10 @@
    consumption is released (the experience trained nothing); if it returns None the batch
    stays consumed (it taught nothing and must not re-trigger forever).
 4. Commit: the gate evaluates fail-closed; its verdict, the evaluation's episodes and — for a
-   rejected or errored candidate — the return of its experience to the pool are one
-   transaction. A selected candidate is published with the base release as expected head
-   (compare-and-swap) and activated in serving.
+   rejected, undecided or errored candidate — the return of its experience to the pool are
+   one transaction. A selected candidate is published with the base release as expected head
+   (compare-and-swap) and activated in serving; an undecided one (the gate's evidence, up to
+   its cap, decided neither way) is not published, like a rejected one, and says so.
 
 Across processes, a step runs only while its process holds the scenario's growth lease
 (``reef_core.grow.lease``): the candidate records the lease's fencing token, and the publish
@@ -76,11 +77,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("reef.grow")
 
+#: a candidate's status (and the step's outcome) after each decision of the gate
+STATUS = {"select": "selected", "reject": "rejected", "undecided": "undecided", "error": "error"}
+
 
 @dataclass
 class StepResult:
     """What a growth step did: ``outcome`` is nothing | busy | skipped | error | rejected |
-    conflict | fenced | published."""
+    undecided | conflict | fenced | published."""
 
     scenario: str
     trigger: str
@@ -99,12 +103,12 @@ class StepResult:
     @property
     def made_progress(self) -> bool:
         """Whether experience was settled (worth checking for another batch right away)."""
-        return self.outcome in ("skipped", "rejected", "published", "conflict")
+        return self.outcome in ("skipped", "rejected", "undecided", "published", "conflict")
 
 
 def summarize(evaluation: Evaluation, decision: Decision) -> dict[str, Any]:
     """The small evaluation summary kept in a release manifest."""
-    keys = ("wins", "losses", "ties", "margin", "candidate_mean", "current_mean")
+    keys = ("wins", "losses", "ties", "margin", "candidate_mean", "current_mean", "rounds", "detectable_effect")
     return {"evaluator": evaluation.evaluator, "decision": decision.outcome, "reason": decision.reason,
             "episodes": len(evaluation.candidate_scores),
             **{k: evaluation.metrics[k] for k in keys if k in evaluation.metrics}}
@@ -263,8 +267,12 @@ async def _evaluate(reef: Reef, plan: ScenarioPlan, candidate: Candidate, head: 
         evaluation, decision = await asyncio.to_thread(run_gate, plan.evaluator, plan.evaluator_name, candidate,
                                                        current, ectx, plan.eval_timeout_s)
     result.evaluation = {**evaluation.to_dict(), "decision": decision.outcome, "reason": decision.reason}
-    status = {"select": "selected", "reject": "rejected", "error": "error"}[decision.outcome]
-    # one transaction: the verdict, every episode, and (not selected) the experience's return
+    status = STATUS[decision.outcome]
+    # one transaction: the verdict, every episode, and (not selected) the experience's return.
+    # lineage: an undecided (or rejected) candidate's experience returns to the pool under the
+    # retry rules, as a rejected one's always did; once a learner lineage keeps training through
+    # rejections (issue 26, section 1), what it already learnt from this batch stays in the
+    # lineage, and this return is where that changes (the batch is then spent, not retried).
     returned = None if decision.outcome == "select" else reef.settings.loop.max_attempts
     await asyncio.to_thread(reef.store.update_candidate, row.id, evaluation=evaluation.to_dict(),
                             decision=decision.outcome, reason=decision.reason, status=status,
@@ -274,8 +282,7 @@ async def _evaluate(reef: Reef, plan: ScenarioPlan, candidate: Candidate, head: 
         reef.emit("candidate_evaluated", candidate=copy.deepcopy(candidate), evaluation=copy.deepcopy(evaluation),
                      decision=decision)
     if decision.outcome != "select":
-        result.outcome = "rejected" if decision.outcome == "reject" else "error"
-        result.reason = decision.reason
+        result.outcome, result.reason = STATUS[decision.outcome], decision.reason
     return evaluation, decision
 
 

@@ -1,7 +1,7 @@
 """Which experience a scenario may learn from: the pool, its records, the filters.
 
 The pool is every report of the scenario that is in the pool and whose quoted records are in
-the pool too, oldest first: never consumed, or returned by a rejected (or errored,
+the pool too, oldest first: never consumed, or returned by a rejected (or undecided, errored,
 interrupted, conflicting) candidate and back under the return rule (``PoolRule``: the serving release
 moved on, or enough new reports arrived; at most ``loop.max_attempts`` attempts). The
 recipe's filters run first, then the filters the scenario config adds; each filter narrows

@@ -129,7 +129,7 @@ class Metrics:
 
         self.candidates = _ScenarioBounded(
             Counter("reef_candidates_evaluated", "Candidates the evaluator decided on, by recipe and outcome "
-                    "(select, reject, error).", ("scenario", "recipe", "outcome"), registry=r), 0,
+                    "(select, reject, undecided, error).", ("scenario", "recipe", "outcome"), registry=r), 0,
             self.scenario_label)
         self.recipe_metric = _ScenarioBounded(
             Gauge("reef_recipe_step_metric", "The latest evaluated candidate's step metrics, as its recipe "

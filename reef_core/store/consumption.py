@@ -2,7 +2,7 @@
 
 One ``consumption`` row per consumed item (its primary key is the item id), so taking an item
 is a compare-and-set: a new row, or a ``returned`` row switched back to ``held``. No record
-ever trains two candidates at the same time. What the gate rejected returns to the pool under
+ever trains two candidates at the same time. What the gate rejected (or left undecided) returns to the pool under
 ``PoolRule`` (``docs/learning.md``, "Experience that returns").
 """
 
@@ -24,7 +24,7 @@ from .models import CandidateRow, Consumption, Record, Release, Report, storable
 class PoolRule:
     """Which stored reports and records a scenario's pool may hold besides the never-consumed ones.
 
-    Experience a candidate returned (``state='returned'``: the gate rejected it, or errored,
+    Experience a candidate returned (``state='returned'``: the gate rejected it or left it undecided, or errored,
     or the candidate was interrupted) is back in the pool when it was attempted fewer than
     ``max_attempts`` times and either (a) the scenario's head release is not the release the
     candidate was built on, or (b) at least ``retry_after_new`` reports of the scenario were

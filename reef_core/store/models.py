@@ -100,7 +100,7 @@ class Consumption(SQLModel, table=True):
     one row per item, naming the candidate that holds it now (or held it last).
 
     ``state`` says what became of it: ``held`` (a candidate holds it: running, published,
-    skipped), ``returned`` (the candidate was rejected, errored or lost a conflict; the item is back
+    skipped), ``returned`` (the candidate was rejected, undecided, errored or lost a conflict; the item is back
     in the pool once the return rule allows, see ``reef_core.observe.eligibility``) or
     ``spent`` (attempted ``loop.max_attempts`` times; consumed for good).
     """
@@ -135,9 +135,9 @@ class CandidateRow(SQLModel, table=True):
     summary: str | None = Field(default=None, sa_column=Column(Text))
     artifact: dict | None = _json()
     evaluation: dict | None = _json()
-    # proposed | evaluating | selected | rejected | error | conflict | fenced | published
+    # proposed | evaluating | selected | rejected | undecided | error | conflict | fenced | published
     status: str = Field(default="proposed", max_length=16)
-    decision: str | None = Field(default=None, max_length=16)  # select | reject | error
+    decision: str | None = Field(default=None, max_length=16)  # select | reject | undecided | error
     reason: str | None = Field(default=None, sa_column=Column(Text))
     release_id: str | None = Field(default=None, max_length=100)
     created_at: datetime = Field(default_factory=utcnow)

@@ -224,7 +224,7 @@ def check_evaluator(evaluator: Any, tmp_path: Path, *, runtime: Any = None) -> t
     """Evaluate a harness candidate against a serving release and decide; return both.
 
     Checks the result types, that the scores are finite or None, and that the decision is
-    select, reject or error. ``runtime`` (default ``EchoRuntime``) answers ``ctx.complete``.
+    select, reject, undecided or error. ``runtime`` (default ``EchoRuntime``) answers ``ctx.complete``.
     """
     evaluator = _conforms("evaluator", evaluator)
     assert evaluator.timeout_s is None or evaluator.timeout_s > 0, f"timeout_s {evaluator.timeout_s!r}"
@@ -243,7 +243,7 @@ def check_evaluator(evaluator: Any, tmp_path: Path, *, runtime: Any = None) -> t
     evaluation.to_dict()
     decision = evaluator.decide(evaluation)
     assert isinstance(decision, Decision), f"decide returned {type(decision).__name__}, not a Decision"
-    assert decision.outcome in ("select", "reject", "error"), f"decision outcome {decision.outcome!r}"
+    assert decision.outcome in ("select", "reject", "undecided", "error"), f"decision outcome {decision.outcome!r}"
     return evaluation, decision
 
 

@@ -130,3 +130,20 @@ def grow_steps(reef: Any, times: int = 1, scenario: str = "default") -> list:
             await reef.stop()
 
     return asyncio.run(run())
+
+
+class UndecidedEvaluator:
+    """A scripted gate whose evidence never decides: every candidate is ``undecided``."""
+
+    def evaluate(self, candidate, current, ctx):
+        from reef_core.types import Evaluation
+
+        return Evaluation(evaluator="undecided", candidate_scores=[1.0, 0.0], current_scores=[0.0, 1.0],
+                          tasks=["a", "b"], metrics={"wins": 1, "losses": 1, "ties": 0, "rounds": 4, "max_rounds": 4,
+                                   "detectable_effect": 0.3})
+
+    def decide(self, evaluation):
+        from reef_core.types import Decision
+
+        return Decision("undecided", "the interval still holds margin 0 and the cap (max_episodes) is reached; "
+                                     "undecided")

@@ -1,5 +1,6 @@
 """Commit gate over HTTP: losers, crashing and hanging evaluators are rejected and nothing is
-published; a scenario's own evaluator overrides the root one."""
+published; an undecided candidate is not published either and says so; a scenario's own
+evaluator overrides the root one."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from reef_core.types import Decision, Evaluation
 
 from .conftest import (
     GOOD_FEEDBACK,
+    UndecidedEvaluator,
     add_plugin,
     ask,
     capital_model,
@@ -81,6 +83,33 @@ def test_losing_candidate_is_rejected_and_serving_is_unchanged(tmp_path):
 
             nothing = _grow(client)
             assert nothing["outcome"] == "nothing" and "no eligible experience" in nothing["reason"]
+
+
+def test_an_undecided_candidate_is_not_published_and_is_its_own_outcome(tmp_path):
+    add_plugin("evaluator", "undecided", UndecidedEvaluator)
+    config = feedback_rules_config(batch_size=1, loop_enabled=False, evaluator={"name": "undecided"})
+    with FakeUpstream("openai", capital_model) as up:
+        with ReefServer(tmp_path, settings=settings_for(tmp_path, up, config)) as server:
+            events = []
+            server.reef.register(_Recorder(events))
+            client = server.client()
+            _feed(client, GOOD_FEEDBACK)
+            result = _grow(client)
+            assert result["outcome"] == "undecided" and "undecided" in result["reason"]
+            assert result["evaluation"]["decision"] == "undecided" and result["release_id"] is None
+            assert events == [(result["candidate_id"], "undecided")]  # observers see it; nothing published
+
+            assert client.get("/reef/scenarios/default/releases").json()["releases"] == []
+            assert "x-reef-release-id" not in ask(client, "What is the capital of Italy?").headers
+            detail = client.get(f"/reef/scenarios/default/candidates/{result['candidate_id']}").json()
+            assert (detail["candidate"]["status"], detail["candidate"]["decision"]) == ("undecided", "undecided")
+            # its experience returns to the pool under the retry rules, as a rejected candidate's does
+            assert detail["experience"]["reports"].get("returned") and not detail["experience"]["reports"].get("held")
+            listed = client.get("/reef/scenarios/default/candidates", params={"status": "undecided"}).json()
+            assert [c["id"] for c in listed["candidates"]] == [result["candidate_id"]]
+            metrics = client.get("/metrics").text
+            assert 'reef_candidates_evaluated_total{outcome="undecided",recipe="feedback_rules",scenario="default"} 1.0' \
+                in metrics
 
 
 class ExplodingEvaluator:

@@ -4,10 +4,12 @@ with a real learning run: a rejected and two published candidates and a rollback
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 from bs4 import BeautifulSoup
 
+import reef_core.ui
 from reef_core.testing import FakeUpstream, ReefServer
 
 from .conftest import ADMIN, GOOD_RULE, READER, Browser, LearningRun
@@ -292,3 +294,23 @@ def test_a_server_without_a_learning_loop_has_no_actions(tmp_path):
         assert page.select("#admin-actions") == [] and "not running on this server" in page.get_text()
         assert soup(browser.get("/ui")).select('#scenarios tr[data-scenario="default"]')
         assert browser.post("/ui/scenarios/default/grow", data={"csrf": "forged"}).status_code == 403
+
+
+def test_an_undecided_candidate_shows_as_its_own_status(tmp_path):
+    from tests.loop.conftest import UndecidedEvaluator, add_plugin, feedback_rules_config, report, settings_for
+
+    add_plugin("evaluator", "undecided", UndecidedEvaluator)
+    config = feedback_rules_config(batch_size=1, loop_enabled=False, evaluator={"name": "undecided"})
+    with FakeUpstream("openai") as up, ReefServer(tmp_path, settings=settings_for(tmp_path, up, config)) as server:
+        api = server.client()
+        r = api.post("/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "Hi"}]})
+        report(api, [r.headers["x-reef-agent-record-id"]], score=0.0, feedback=GOOD_RULE)
+        cid = api.post("/reef/scenarios/default/grow").json()["candidate_id"]
+        browser = Browser(server.url, None)
+        row = soup(browser.get("/ui/scenarios/default")).select_one(f'#candidates tr[data-candidate="{cid}"]')
+        assert row["data-status"] == "undecided" and row.select_one("span.status.undecided").get_text() == "undecided"
+        assert "the cap (max_episodes) is reached; undecided" in row.select_one("td.reason").get_text()
+        page = soup(browser.get(f"/ui/scenarios/default/candidates/{cid}"))
+        assert page.select_one("#status").get_text() == "undecided" and "(decision: undecided)" in page.get_text()
+    css = (Path(reef_core.ui.__file__).parent / "static" / "reef-ui.css").read_text()
+    assert ".status.undecided" in css  # told apart from published and rejected at a glance
