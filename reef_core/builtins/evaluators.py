@@ -3,17 +3,35 @@
 ``task_suite`` and ``threshold`` run the same held-out tasks through the scenario's runtime
 with the candidate's harness and with the current release's, paired task by task, at the
 scenario's serving sampling parameters; they differ only in how they decide
-(``reef_core.commit.stats``). Evaluation is fail-closed by the gate
-(``reef_core.commit.gate``): any exception or timeout rejects the candidate.
+(``reef_core.commit.stats``). ``task_suite`` under ``bootstrap`` or ``sign`` runs the suite in
+rounds until the evidence decides or a cap is reached (``reef_core.commit.sequential``: select,
+reject, or undecided). Evaluation is fail-closed by the gate (``reef_core.commit.gate``): any
+exception or timeout rejects the candidate.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, Literal
 
-from ..commit.stats import RULES, PairedStats, decide, paired_stats, seed_for
+from ..commit.sequential import (
+    AUTO_ROUNDS,
+    SEQUENTIAL_RULES,
+    SPENDING,
+    Sensitivity,
+    assumed_spread,
+    gather,
+    look_outcome,
+    look_reason,
+    observed_spread,
+    selection_problem,
+)
+from ..commit.stats import RULES, PairedStats, decide, seed_for
 from ..commit.tasks import (
+    AUTO_REPEATS,
     BUILTIN_GRADERS,
+    SIDES,
+    PairedResult,
     auto_repeats,
     contaminated_tasks,
     episode_params,
@@ -24,7 +42,11 @@ from ..commit.tasks import (
 )
 from ..contracts import Evaluator
 from ..hookspecs import hookimpl
-from ..types import ActiveRelease, Candidate, Decision, Evaluation
+from ..types import ActiveRelease, Candidate, Decision, Evaluation, Outcome
+
+#: another round starts only when this many times the last round's duration is left before the
+#: gate's deadline (a round cut short by the deadline would make the whole evaluation an error)
+ROUND_HEADROOM = 1.25
 
 
 class AlwaysEvaluator(Evaluator):
@@ -40,14 +62,20 @@ class AlwaysEvaluator(Evaluator):
 
 
 class TaskSuiteEvaluator(Evaluator):
-    """Paired comparison on held-out tasks at serving conditions, decided by ``rule``.
+    """Paired comparison on held-out tasks at serving conditions, in rounds, decided by ``rule``.
 
     Options: ``tasks`` (list or JSONL path), ``grader`` (default for tasks naming none),
     ``rule`` (``bootstrap``, ``sign``, ``wins_minus_losses``), ``margin`` (score units; a
-    count of tasks for ``wins_minus_losses``), ``confidence``, ``repeats`` (``auto``: 1 at
-    temperature 0, else 5), ``model`` (default: the runtime's configured model), ``params``
-    (request fields over the serving ones, e.g. ``{temperature: 0}``), ``episode_timeout_s``,
-    ``timeout_s`` (the whole evaluation), ``concurrency`` (episodes in flight).
+    count of tasks for ``wins_minus_losses``), ``confidence``, ``repeats`` (per round;
+    ``auto``: 1 at temperature 0, else 5), ``max_episodes`` (the cap on episodes of both
+    sides; ``auto``: four rounds at serving temperature, one greedily), ``model`` (default:
+    the runtime's configured model), ``params`` (request fields over the serving ones, e.g.
+    ``{temperature: 0}``), ``episode_timeout_s``, ``timeout_s`` (the whole evaluation),
+    ``concurrency`` (episodes in flight).
+
+    Under ``bootstrap`` and ``sign`` the suite runs in rounds and stops at the first look
+    whose interval lies above ``margin`` (select) or at or below it (reject); at the cap the
+    candidate is undecided (``reef_core.commit.sequential``).
     """
 
     name = "task_suite"
@@ -57,9 +85,12 @@ class TaskSuiteEvaluator(Evaluator):
                  params: dict[str, Any] | None = None, episode_timeout_s: float = 120.0,
                  timeout_s: float = 1800.0, concurrency: int = 8,
                  rule: Literal["bootstrap", "sign", "wins_minus_losses"] = "bootstrap", confidence: float = 0.95,
-                 plugins: Any = None):
+                 max_episodes: int | Literal["auto"] = "auto", plugins: Any = None):
         if repeats != "auto" and (not isinstance(repeats, int) or repeats < 1):
             raise ValueError("repeats must be 1 or more, or 'auto'")
+        if max_episodes != "auto" and (not isinstance(max_episodes, int) or isinstance(max_episodes, bool)
+                                       or max_episodes < 1):
+            raise ValueError("max_episodes must be 1 or more, or 'auto'")
         if episode_timeout_s <= 0 or timeout_s <= 0:
             raise ValueError("timeouts must be positive")
         if rule not in RULES:
@@ -74,6 +105,7 @@ class TaskSuiteEvaluator(Evaluator):
         self.tasks = load_tasks(tasks, grader, self.graders)
         self.margin = margin
         self.repeats = repeats
+        self.max_episodes = max_episodes
         self.model = model
         self.params = dict(params or {})
         self.episode_timeout_s = float(episode_timeout_s)
@@ -82,19 +114,86 @@ class TaskSuiteEvaluator(Evaluator):
         self.rule = rule
         self.confidence = float(confidence)
 
+    # ------------------------------------------------------------------ the design
+
+    @property
+    def alpha(self) -> float:
+        """The one-sided error rate of the whole evaluation: an equal candidate selected."""
+        return (1.0 - self.confidence) / 2.0
+
+    @property
+    def sequential(self) -> bool:
+        return self.rule in SEQUENTIAL_RULES
+
+    def planned_rounds(self, n_tasks: int, repeats: int, greedy: bool) -> int:
+        """Rounds the cap allows: one for a rule that knows no noise; ``auto``: ``AUTO_ROUNDS``
+        at serving temperature and one greedily (a deterministic runtime answers a second round
+        as the first); else as many whole rounds as ``max_episodes`` holds, at least one."""
+        if not self.sequential:
+            return 1
+        if self.max_episodes == "auto":
+            return 1 if greedy else AUTO_ROUNDS
+        return max(int(self.max_episodes) // (len(SIDES) * n_tasks * repeats), 1)
+
+    def sensitivity_margin(self) -> float:
+        """The margin in score units (``wins_minus_losses`` counts tasks: 0 stands in)."""
+        return float(self.margin) if self.rule != "wins_minus_losses" else 0.0
+
+    def sensitivity(self) -> Sensitivity:
+        """What this suite detects before anything is measured: serving temperature assumed
+        (greedy when ``params`` sets temperature 0), and the spread of a 0/1 grader at p = 0.5."""
+        greedy = _greedy(self.params)
+        repeats = (1 if greedy else AUTO_REPEATS) if self.repeats == "auto" else int(self.repeats)
+        rounds = self.planned_rounds(len(self.tasks), repeats, greedy)
+        return Sensitivity.of(len(self.tasks), assumed_spread(greedy), repeats=repeats, rounds=rounds,
+                              alpha=self.alpha, margin=self.sensitivity_margin(), rule=self._power_rule())
+
+    def selection_problem(self) -> str | None:
+        """Why this suite can never select (or only when every task improves), or None."""
+        greedy = _greedy(self.params)
+        repeats = (1 if greedy else AUTO_REPEATS) if self.repeats == "auto" else int(self.repeats)
+        return selection_problem(len(self.tasks), self.rule, self.margin, self.alpha,
+                                 self.planned_rounds(len(self.tasks), repeats, greedy))
+
+    def _power_rule(self) -> str:
+        return "sign" if self.rule == "sign" else "bootstrap"
+
+    # ------------------------------------------------------------------ evaluate and decide
+
     def evaluate(self, candidate: Candidate, current: ActiveRelease | None, ctx: Any) -> Evaluation:
         serving = serving_conditions(ctx)
         params = episode_params(serving, self.params)
         repeats = auto_repeats(params, serving) if self.repeats == "auto" else int(self.repeats)
+        tasks = self.tasks
+        greedy = _greedy(params)
+        rounds = self.planned_rounds(len(tasks), repeats, greedy)
         side = ActiveRelease(scenario=candidate.scenario, release_id=f"candidate:{candidate.id}",
                              path=candidate.artifact_dir)
-        result = run_paired(self.tasks, side, current, ctx, self.graders,
-                            model=self.model or ctx.default_model or "default", params=params,
-                            repeats=repeats, episode_timeout_s=self.episode_timeout_s,
-                            concurrency=self.concurrency)
-        stats = paired_stats(result.by_task(result.candidate), result.by_task(result.current),
-                             confidence=self.confidence, sign_margin=self.margin if self.rule == "sign" else 0.0,
-                             seed=seed_for(candidate.id))
+        done: list[PairedResult] = []
+        round_s = [0.0]
+
+        def play_round(k: int) -> tuple[list[list[float | None]], list[list[float | None]]]:
+            began = time.monotonic()
+            result = run_paired(tasks, side, current, ctx, self.graders,
+                                model=self.model or ctx.default_model or "default", params=params,
+                                repeats=repeats, episode_timeout_s=self.episode_timeout_s,
+                                concurrency=self.concurrency, first_repeat=k * repeats,
+                                label=f" (round {k + 1} of up to {rounds})" if rounds > 1 else "")
+            done.append(result)
+            round_s[0] = time.monotonic() - began
+            return result.by_task(result.candidate), result.by_task(result.current)
+
+        def stop() -> str:
+            if all(s is None for r in done for s in r.candidate):
+                return "crashed"
+            return _no_time_for_a_round(ctx, round_s[0])
+
+        gathered = gather(play_round, rounds=rounds, rule=self.rule, margin=self.margin,
+                          confidence=self.confidence, seed=seed_for(candidate.id), stop=stop)
+        result, stats = PairedResult.combine(done), gathered.stats
+        spread = observed_spread(gathered.candidate, gathered.current) or assumed_spread(greedy)
+        sensitivity = Sensitivity.of(len(tasks), spread, repeats=repeats, rounds=gathered.rounds, alpha=self.alpha,
+                                     margin=self.sensitivity_margin(), rule=self._power_rule())
         metrics: dict[str, Any] = {
             **self.rule_metrics(),
             **stats.to_metrics(),
@@ -104,7 +203,16 @@ class TaskSuiteEvaluator(Evaluator):
             "temperature": params.get("temperature"),
             "params": params,
             "serving": serving.to_dict(),
-            "contaminated_tasks": contaminated_tasks(self.tasks, training_prompts(ctx, candidate)),
+            "contaminated_tasks": contaminated_tasks(tasks, training_prompts(ctx, candidate)),
+            "alpha": self.alpha,
+            "look_alpha": gathered.look_alpha,
+            "rounds": gathered.rounds_run,
+            "max_rounds": gathered.rounds,
+            "max_episodes": gathered.rounds * len(SIDES) * len(tasks) * repeats,
+            "spending": SPENDING if self.sequential else None,
+            "stopped": gathered.stopped,
+            "looks": gathered.looks,
+            **sensitivity.to_metrics(),
         }
         if result.errors:
             metrics["episode_errors"] = result.errors[:10]
@@ -114,17 +222,23 @@ class TaskSuiteEvaluator(Evaluator):
 
     def decide(self, evaluation: Evaluation) -> Decision:
         m = evaluation.metrics
+        note = _sensitivity_note(m) + _contamination_note(m)
         if evaluation.candidate_scores and m["candidate_crashed"] == len(evaluation.candidate_scores):
-            return Decision("reject", f"every candidate episode crashed ({m['candidate_crashed']})"
-                                      + _contamination_note(m))
-        ok, reason = self.verdict(PairedStats.from_metrics(m))
-        return Decision("select" if ok else "reject", reason + _contamination_note(m))
+            return Decision("reject", f"every candidate episode crashed ({m['candidate_crashed']})" + note)
+        outcome, reason = self.verdict(PairedStats.from_metrics(m), m)
+        return Decision(outcome, reason + note)
 
     def rule_metrics(self) -> dict[str, Any]:
         return {"rule": self.rule, "margin": self.margin}
 
-    def verdict(self, stats: PairedStats) -> tuple[bool, str]:
-        return decide(stats, self.rule, self.margin)
+    def verdict(self, stats: PairedStats, metrics: dict[str, Any]) -> tuple[Outcome, str]:
+        """The outcome of the evaluation's last look and its reason."""
+        if self.sequential:
+            outcome = look_outcome(stats, self.rule, self.margin, metrics["look_alpha"]) or "undecided"
+            return outcome, look_reason(stats, self.rule, self.margin, outcome, round_=metrics["rounds"],
+                                        rounds=metrics["max_rounds"], stopped=metrics.get("stopped", ""))
+        ok, reason = decide(stats, self.rule, self.margin)
+        return ("select" if ok else "reject"), reason
 
 
 class ThresholdEvaluator(TaskSuiteEvaluator):
@@ -146,13 +260,39 @@ class ThresholdEvaluator(TaskSuiteEvaluator):
     def rule_metrics(self) -> dict[str, Any]:
         return {"rule": self.rule, "delta": self.delta}
 
-    def verdict(self, stats: PairedStats) -> tuple[bool, str]:
+    def sensitivity_margin(self) -> float:
+        return float(self.delta)
+
+    def verdict(self, stats: PairedStats, metrics: dict[str, Any]) -> tuple[Outcome, str]:
         need = stats.current_mean + self.delta
         ok = stats.candidate_mean >= need
-        return ok, (f"candidate mean {stats.candidate_mean:.3f} {'≥' if ok else '<'} "
-                    f"current mean {stats.current_mean:.3f} + delta {self.delta:g} (mean improvement "
-                    f"{stats.improvement:+.3f}, {stats.confidence * 100:g}% interval [{stats.low:+.3f}, "
-                    f"{stats.high:+.3f}] over {stats.n_tasks} task(s) × {stats.repeats} repeat(s))")
+        return ("select" if ok else "reject"), (
+            f"candidate mean {stats.candidate_mean:.3f} {'≥' if ok else '<'} "
+            f"current mean {stats.current_mean:.3f} + delta {self.delta:g} (mean improvement "
+            f"{stats.improvement:+.3f}, {stats.confidence * 100:g}% interval [{stats.low:+.3f}, "
+            f"{stats.high:+.3f}] over {stats.n_tasks} task(s) × {stats.repeats} repeat(s))")
+
+
+def _greedy(params: dict[str, Any]) -> bool:
+    temperature = params.get("temperature")
+    return temperature is not None and float(temperature) == 0.0
+
+
+def _no_time_for_a_round(ctx: Any, round_s: float) -> str:
+    """Why another round should not start (``cancelled``; ``time``: it would likely run past
+    the gate's deadline, which would turn the evaluation into an error), or ''."""
+    cancelled = getattr(ctx, "cancelled", None)
+    if cancelled is not None and cancelled.is_set():
+        return "cancelled"
+    deadline = getattr(ctx, "deadline", None)
+    if deadline is not None and time.monotonic() + ROUND_HEADROOM * round_s > deadline:
+        return "time"
+    return ""
+
+
+def _sensitivity_note(metrics: dict[str, Any]) -> str:
+    sensitivity = Sensitivity.from_metrics(metrics)
+    return f"; {sensitivity.sentence()}" if sensitivity is not None else ""
 
 
 def _contamination_note(metrics: dict[str, Any]) -> str:

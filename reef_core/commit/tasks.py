@@ -299,11 +299,36 @@ class PairedResult:
         """Mean score, a crashed episode counting as 0."""
         return sum(s or 0.0 for s in scores) / len(scores) if scores else 0.0
 
+    @classmethod
+    def combine(cls, rounds: Sequence[PairedResult]) -> PairedResult:
+        """Rounds of the same tasks as one result: each task's repeats of every round in turn,
+        so the lists stay task-major and the episodes sorted by task, repeat, side."""
+        first = rounds[0]
+        if len(rounds) == 1:
+            return first
+        n_tasks = len(first.tasks) // first.repeats
+        tasks: list[str] = []
+        candidate: list[float | None] = []
+        current: list[float | None] = []
+        episodes: list[Episode] = []
+        for i in range(n_tasks):
+            for r in rounds:
+                cut = slice(i * r.repeats, (i + 1) * r.repeats)
+                tasks += r.tasks[cut]
+                candidate += r.candidate[cut]
+                current += r.current[cut]
+                episodes += r.episodes[i * r.repeats * len(SIDES):(i + 1) * r.repeats * len(SIDES)]
+        return cls(tasks=tasks, candidate=candidate, current=current,
+                   errors=[e for r in rounds for e in r.errors], episodes=episodes,
+                   repeats=sum(r.repeats for r in rounds))
+
 
 def run_paired(tasks: list[dict[str, Any]], candidate: ActiveRelease, current: ActiveRelease | None,
                ctx: Any, graders: dict[str, Grader], *, model: str, params: dict[str, Any],
-               repeats: int, episode_timeout_s: float, concurrency: int) -> PairedResult:
-    """Run every task ``repeats`` times on each side and grade the answers.
+               repeats: int, episode_timeout_s: float, concurrency: int, first_repeat: int = 0,
+               label: str = "") -> PairedResult:
+    """Run every task ``repeats`` times on each side and grade the answers (the episodes'
+    repeat numbers start at ``first_repeat``: a later round of the same suite).
 
     Episodes go to the runtime ``concurrency`` at a time, repeat by repeat with both sides
     of a task next to each other, so both sides meet the same load and repeats cost wall
@@ -331,8 +356,9 @@ def run_paired(tasks: list[dict[str, Any]], candidate: ActiveRelease, current: A
         return Episode(task_id=task["id"], side=side, repeat=repeat, request=sent, answer=answer, score=score,
                        grader=task["grader"], latency_ms=(time.perf_counter() - started) * 1000.0, error=error)
 
-    plan = [(i, r, side) for r in range(repeats) for i in range(len(tasks)) for side in SIDES]
-    with ctx.progress.task(f"evaluating {len(tasks) * repeats} paired episode(s)", total=len(plan)) as bar:
+    plan = [(i, r, side) for r in range(first_repeat, first_repeat + repeats) for i in range(len(tasks))
+            for side in SIDES]
+    with ctx.progress.task(f"evaluating {len(tasks) * repeats} paired episode(s){label}", total=len(plan)) as bar:
         with ThreadPoolExecutor(max_workers=max(concurrency, 1), thread_name_prefix="reef-episode") as pool:
             futures = {(i, r, side): pool.submit(episode, i, r, side) for i, r, side in plan}
             done = {key: f.result() for key, f in futures.items()}

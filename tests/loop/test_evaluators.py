@@ -191,3 +191,70 @@ def test_task_bodies_per_dialect():
     openai = task_body({"prompt": "U", "system": "T"}, "openai", "m", {})
     assert openai["messages"] == [{"role": "system", "content": "T"}, {"role": "user", "content": "U"}]
     assert PairedResult.mean([1.0, None, 0.0, 1.0]) == 0.5
+
+
+SPLIT = {("candidate", "A?"): "yes", ("current", "A?"): "no",   # a win
+         ("candidate", "B?"): "no", ("current", "B?"): "yes",   # a loss
+         ("candidate", "C?"): "yes", ("current", "C?"): "yes"}  # a tie
+
+
+def test_rounds_gather_evidence_until_the_cap_then_the_candidate_is_undecided(loop, tmp_path):
+    runtime = ScriptedRuntime(SPLIT)
+    suite = TaskSuiteEvaluator(tasks=TASKS, repeats=1, max_episodes=12, concurrency=1)  # 2 rounds of 3 × 2
+    evaluation, decision = run_gate(suite, "task_suite", _candidate(tmp_path), None, _ctx(loop, runtime), 30)
+    m = evaluation.metrics
+    assert (m["rounds"], m["max_rounds"], m["max_episodes"], m["episodes"]) == (2, 2, 12, 12)
+    assert runtime.calls == 12 and m["repeats"] == 2 and m["stopped"] == "cap"
+    assert [e.repeat for e in evaluation.episodes if e.side == "candidate"] == [0, 1, 0, 1, 0, 1]
+    assert evaluation.tasks == ["a", "a", "b", "b", "c", "c"]
+    assert [look["outcome"] for look in m["looks"]] == ["continue", "undecided"]
+    assert sum(look["alpha"] for look in m["looks"]) == pytest.approx(0.025) and m["look_alpha"] < 0.025
+    assert decision.outcome == "undecided"
+    assert "round 2 of up to 2" in decision.reason and "the cap (max_episodes) is reached; undecided" in decision.reason
+    assert "with 3 task(s) × 1 repeat(s), up to 2 round(s), this gate" in decision.reason
+
+
+def test_a_clear_winner_or_loser_decides_in_the_first_round(loop, tmp_path):
+    winner = ScriptedRuntime({("candidate", p): "yes" for p in ("A?", "B?", "C?")})
+    evaluation, decision = run_gate(TaskSuiteEvaluator(tasks=TASKS), "task_suite", _candidate(tmp_path), None,
+                                    _ctx(loop, winner), 30)
+    assert decision.outcome == "select" and evaluation.metrics["rounds"] == 1 and winner.calls == 6
+    assert evaluation.metrics["max_rounds"] == 4 and "round 1 of up to 4" in decision.reason
+    loser = ScriptedRuntime({("current", p): "yes" for p in ("A?", "B?", "C?")})
+    evaluation, decision = run_gate(TaskSuiteEvaluator(tasks=TASKS), "task_suite", _candidate(tmp_path), None,
+                                    _ctx(loop, loser), 30)
+    assert decision.outcome == "reject" and evaluation.metrics["rounds"] == 1
+    assert "the upper bound is not above margin 0, so the candidate is no better" in decision.reason
+
+
+def test_greedy_auto_plays_one_round_and_rules_without_noise_one_look(loop, tmp_path):
+    ctx = _ctx(loop, ScriptedRuntime(SPLIT))
+    evaluation, decision = run_gate(TaskSuiteEvaluator(tasks=TASKS, params={"temperature": 0}), "task_suite",
+                                    _candidate(tmp_path), None, ctx, 30)
+    assert evaluation.metrics["max_rounds"] == 1 and decision.outcome == "undecided"
+    assert "round" not in decision.reason and "with 3 task(s) × 1 repeat(s) this gate cannot detect" in decision.reason
+    counted = TaskSuiteEvaluator(tasks=TASKS, rule="wins_minus_losses", max_episodes=600)
+    evaluation, decision = run_gate(counted, "task_suite", _candidate(tmp_path), None,
+                                    _ctx(loop, ScriptedRuntime(SPLIT)), 30)
+    assert evaluation.metrics["max_rounds"] == 1 and decision.outcome == "reject"
+
+
+def test_no_round_starts_that_the_gate_timeout_would_cut_short(loop, tmp_path):
+    class Slow(ScriptedRuntime):
+        async def complete(self, call):
+            await asyncio.sleep(0.1)
+            return await super().complete(call)
+
+    runtime = Slow(SPLIT)
+    suite = TaskSuiteEvaluator(tasks=TASKS, repeats=1, concurrency=1)  # a round: 6 episodes, about 0.6 s
+    evaluation, decision = run_gate(suite, "task_suite", _candidate(tmp_path), None, _ctx(loop, runtime), 1.2)
+    m = evaluation.metrics
+    assert decision.outcome == "undecided" and evaluation.error is None  # not an error: it stopped in time
+    assert m["rounds"] == 1 and m["max_rounds"] == 4 and m["stopped"] == "time" and runtime.calls == 6
+    assert "the evaluation's timeout leaves no time for another round; undecided" in decision.reason
+
+
+@pytest.mark.parametrize("value", [0, -3, 2.5, True, "many"])
+def test_max_episodes_is_checked(value):
+    with pytest.raises(ValueError, match="max_episodes must be 1 or more, or 'auto'"):
+        TaskSuiteEvaluator(tasks=TASKS, max_episodes=value)
