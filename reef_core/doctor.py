@@ -2,8 +2,10 @@
 
 Only what the configuration given needs is checked: git (and git-lfs when the git artifact
 store keeps binaries in LFS), the record store (reachable and migrated), the runtime (an HTTP
-upstream answers; a local model is found), the local model cache, and free disk in the state
-directory. Nothing is changed: no migration runs, no model is loaded or converted.
+upstream answers; a local model is found), the local model cache, free disk in the state
+directory, and each scenario's gate (a task suite that can detect an improvement of less than
+``GATE_TARGET``, and that can select at all). Nothing is changed: no migration runs, no model
+is loaded or converted.
 
 Each check is ``ok``, ``warn`` (Reef runs, with a limit named in the message) or ``fail``
 (a required dependency is missing: ``reef serve`` or growth would fail).
@@ -29,6 +31,8 @@ DISK_WARN_BYTES = 2 * 1024**3
 PROBE_TIMEOUT_S = 5.0
 #: runtime options that hold the base URL of an HTTP runtime
 _URL_KEYS = ("upstream_url", "base_url")
+#: the improvement a scenario's gate should be able to detect (power 0.8); a suite that cannot warns
+GATE_TARGET = 0.2
 #: ``runtime.model`` values that mean the embedded SmolLM2 of the local runtime
 _EMBEDDED = {None, "", "smollm2", "SmolLM2-135M-Instruct", "embedded"}
 
@@ -60,6 +64,7 @@ def _checks(settings: Any, plugins: Any) -> Iterator[Check]:
     runtime_name, runtime_options = settings.group("runtime")
     yield from _runtime(runtime_name or "", runtime_options)
     yield _disk(settings.state_dir)
+    yield from _gates(settings, plugins)
 
 
 def _run(*argv: str) -> tuple[bool, str]:
@@ -224,6 +229,47 @@ def _disk(state_dir: Path) -> Check:
     if free < DISK_WARN_BYTES:
         return Check("disk", "warn", shown, "free space there soon: below 200 MiB Reef cannot store what it records")
     return Check("disk", "ok", shown)
+
+
+def _gates(settings: Any, plugins: Any) -> Iterator[Check]:
+    """Per configured scenario whose evaluator can say what it detects (``task_suite``,
+    ``threshold``): whether its suite can select at all, and detect less than ``GATE_TARGET``."""
+    if plugins is None or not hasattr(settings, "evaluator_for"):
+        return
+    from .plugins import instantiate
+
+    recipe_name, _ = settings.group("recipe")
+    for scenario in sorted({settings.server.default_scenario, *settings.scenarios}):
+        name, options = settings.evaluator_for(scenario)
+        try:
+            if name is None:  # the recipe's own default_evaluator
+                name = getattr(plugins.get("recipe", recipe_name), "default_evaluator", None)
+                if not isinstance(name, str):
+                    continue
+            evaluator = instantiate("evaluator", name, options, plugins)
+        except Exception as exc:  # the configuration's error: reef serve would stop on it too
+            yield Check(f"gate {scenario}", "fail", f"evaluator {name!r} cannot be built: {_first_line(exc)}",
+                        "fix the evaluator's options (evaluator.* or scenarios.<s>.evaluator_options)")
+            continue
+        if not callable(getattr(evaluator, "sensitivity", None)):
+            continue
+        yield _gate(scenario, name, evaluator)
+
+
+def _gate(scenario: str, name: str, evaluator: Any) -> Check:
+    label = f"gate {scenario}"
+    sensitivity = evaluator.sensitivity()
+    problem = evaluator.selection_problem()
+    if problem:
+        return Check(label, "warn", f"{name}: {problem}", "give the evaluator more tasks (evaluator.tasks)")
+    detail = f"{name}: {sensitivity.sentence()}"
+    if sensitivity.effect > GATE_TARGET:
+        need = sensitivity.tasks_for(GATE_TARGET)
+        return Check(label, "warn", f"{detail}; it cannot detect an improvement of less than {GATE_TARGET:g}",
+                     f"give it {need} tasks or more to detect {GATE_TARGET:g} (more repeats or a higher "
+                     f"max_episodes help too, at serving temperature)" if need else
+                     f"lower its margin below {GATE_TARGET:g}")
+    return Check(label, "ok", detail)
 
 
 def _existing_parent(path: Path) -> Path:

@@ -71,6 +71,32 @@ def test_doctor_passes_when_the_upstream_answers(tmp_path):
     assert all(c["status"] in ("ok", "warn") for c in checks.values())
 
 
+def _tasks(n: int) -> list[dict[str, str]]:
+    return [{"id": f"t{i}", "prompt": f"Question {i}?", "expected": "yes"} for i in range(n)]
+
+
+def test_doctor_warns_when_a_gate_cannot_detect_less_than_0_2_and_says_how_many_tasks_would(tmp_path):
+    config = {"recipe": {"name": "feedback_rules", "batch_size": 1, "max_score": 0.5, "proposer": None},
+              "evaluator": {"name": "task_suite", "tasks": _tasks(10)},
+              "scenarios": {"big": {"evaluator_options": {"tasks": _tasks(40)}},
+                            "tiny": {"evaluator": "task_suite", "evaluator_options": {"tasks": _tasks(2),
+                                                                                      "rule": "sign"}},
+                            "judged": {"evaluator": "always"}},
+              "loop": {"enabled": False}}
+    with FakeUpstream("openai") as up:
+        result = _cli(tmp_path, "doctor", "--json", upstream=up.url, config=config)
+    assert result.exit_code == 0, result.output  # warnings only
+    checks = {c["name"]: c for c in _json(result.output)}
+    small = checks["gate default"]
+    assert small["status"] == "warn" and "with 10 task(s) × 5 repeat(s), up to 4 round(s), this gate detects +0.21" \
+        in small["detail"] and "cannot detect an improvement of less than 0.2" in small["detail"]
+    assert small["fix"].startswith("give it 11 tasks or more to detect 0.2")
+    assert checks["gate big"]["status"] == "ok" and "with 40 task(s)" in checks["gate big"]["detail"]
+    tiny = checks["gate tiny"]
+    assert tiny["status"] == "warn" and "the sign test over 2 task(s) can never select" in tiny["detail"]
+    assert "gate judged" not in checks  # `always` measures nothing
+
+
 def test_git_and_git_lfs_missing(tmp_path, monkeypatch):
     monkeypatch.setattr(doctor.shutil, "which", lambda name: None)
     settings = _Settings(tmp_path, runtime=("upstream", {"upstream_url": DOWN}))

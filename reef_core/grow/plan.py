@@ -5,11 +5,13 @@ options; the recipe's own filters, then the config's (``filters``, then
 ``scenarios.<s>.filters``); and the scenario's evaluator (``Settings.evaluator_for``: the
 scenario's, else the root group, whose default ``recipe_default`` is the recipe's own
 ``default_evaluator``). The learning loop resolves the configured scenarios' plans at
-start-up, so a configuration error stops the server before it serves.
+start-up, so a configuration error stops the server before it serves, and a task suite too
+small to ever select is logged as a warning there.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +20,8 @@ from ..observe import build_filters
 
 if TYPE_CHECKING:
     from ..kernel import Reef
+
+log = logging.getLogger("reef.grow")
 
 #: evaluation timeout for evaluators that declare no ``timeout_s``
 DEFAULT_EVAL_TIMEOUT_S = 1800.0
@@ -57,6 +61,9 @@ def resolve_plan(reef: Reef, scenario: str) -> ScenarioPlan:
     if evaluator_name is None:  # evaluator=recipe_default: the recipe says how it is judged
         evaluator_name = recipe.default_evaluator
     evaluator = reef.build("evaluator", evaluator_name, evaluator_options)
+    problem = getattr(evaluator, "selection_problem", None)  # task_suite: a suite too small to select
+    if callable(problem) and (text := problem()):
+        log.warning("%s: evaluator %s: %s", scenario, evaluator_name, text)
     timeout = evaluator.timeout_s if evaluator.timeout_s is not None else DEFAULT_EVAL_TIMEOUT_S
     return ScenarioPlan(scenario=scenario, recipe_name=name, recipe=recipe, filters=tuple(filters),
                         evaluator_name=evaluator_name, evaluator=evaluator, eval_timeout_s=float(timeout))

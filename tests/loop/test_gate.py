@@ -4,6 +4,7 @@ evaluator overrides the root one."""
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import pytest
@@ -110,6 +111,21 @@ def test_an_undecided_candidate_is_not_published_and_is_its_own_outcome(tmp_path
             metrics = client.get("/metrics").text
             assert 'reef_candidates_evaluated_total{outcome="undecided",recipe="feedback_rules",scenario="default"} 1.0' \
                 in metrics
+
+
+def test_a_suite_too_small_to_select_says_so_at_start_up(tmp_path, caplog):
+    tiny = {"name": "task_suite", "tasks": [{"prompt": "What is the capital of Japan?", "expected": "Tokyo"}],
+            "rule": "sign"}
+    config = feedback_rules_config(loop_enabled=False, evaluator=tiny,
+                                   scenarios={"wide": {"evaluator_options": {"rule": "bootstrap", "tasks": [
+                                       {"prompt": f"Question {i}?", "expected": "yes"} for i in range(24)]}}})
+    with FakeUpstream("openai", capital_model) as up, caplog.at_level(logging.WARNING, logger="reef.grow"):
+        with ReefServer(tmp_path, settings=settings_for(tmp_path, up, config)):
+            pass
+    warned = [r.getMessage() for r in caplog.records if r.name == "reef.grow"]
+    assert any(m.startswith("default: evaluator task_suite: the sign test over 1 task(s) can never select")
+               for m in warned), warned
+    assert not any(m.startswith("wide:") for m in warned)
 
 
 class ExplodingEvaluator:
