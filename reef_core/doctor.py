@@ -263,6 +263,8 @@ def _gate(scenario: str, name: str, evaluator: Any) -> Check:
     if problem:
         return Check(label, "warn", f"{name}: {problem}", "give the evaluator more tasks (evaluator.tasks)")
     detail = f"{name}: {sensitivity.sentence()}"
+    if getattr(evaluator, "traffic_tasks", 0):
+        detail += f" (counting the {evaluator.traffic_tasks} traffic task(s) asked for, which the traffic may not hold)"
     if sensitivity.effect > GATE_TARGET:
         need = sensitivity.tasks_for(GATE_TARGET)
         return Check(label, "warn", f"{detail}; it cannot detect an improvement of less than {GATE_TARGET:g}",

@@ -40,6 +40,7 @@ from ..commit.tasks import (
     serving_conditions,
     training_prompts,
 )
+from ..commit.traffic import traffic_tasks
 from ..contracts import Evaluator
 from ..hookspecs import hookimpl
 from ..types import ActiveRelease, Candidate, Decision, Evaluation, Outcome
@@ -71,7 +72,8 @@ class TaskSuiteEvaluator(Evaluator):
     sides; ``auto``: four rounds at serving temperature, one greedily), ``model`` (default:
     the runtime's configured model), ``params`` (request fields over the serving ones, e.g.
     ``{temperature: 0}``), ``episode_timeout_s``, ``timeout_s`` (the whole evaluation),
-    ``concurrency`` (episodes in flight).
+    ``concurrency`` (episodes in flight), ``traffic_tasks`` (up to this many more tasks drawn
+    from the scenario's scored traffic, ``reef_core.commit.traffic``; 0, the default: none).
 
     Under ``bootstrap`` and ``sign`` the suite runs in rounds and stops at the first look
     whose interval lies above ``margin`` (select) or at or below it (reject); at the cap the
@@ -85,7 +87,7 @@ class TaskSuiteEvaluator(Evaluator):
                  params: dict[str, Any] | None = None, episode_timeout_s: float = 120.0,
                  timeout_s: float = 1800.0, concurrency: int = 8,
                  rule: Literal["bootstrap", "sign", "wins_minus_losses"] = "bootstrap", confidence: float = 0.95,
-                 max_episodes: int | Literal["auto"] = "auto", plugins: Any = None):
+                 max_episodes: int | Literal["auto"] = "auto", traffic_tasks: int = 0, plugins: Any = None):
         if repeats != "auto" and (not isinstance(repeats, int) or repeats < 1):
             raise ValueError("repeats must be 1 or more, or 'auto'")
         if max_episodes != "auto" and (not isinstance(max_episodes, int) or isinstance(max_episodes, bool)
@@ -99,10 +101,14 @@ class TaskSuiteEvaluator(Evaluator):
             raise ValueError("confidence must be between 0 and 1, e.g. 0.95")
         if concurrency < 1:
             raise ValueError("concurrency must be 1 or more")
+        if not isinstance(traffic_tasks, int) or isinstance(traffic_tasks, bool) or traffic_tasks < 0:
+            raise ValueError("traffic_tasks must be 0 or more")
         self.graders = dict(BUILTIN_GRADERS)
         if plugins is not None:
             self.graders.update({n: r.obj for n, r in plugins.registry.get("grader", {}).items()})
-        self.tasks = load_tasks(tasks, grader, self.graders)
+        # with traffic tasks the configured ones may be none: the scenario's traffic is the suite
+        self.tasks = load_tasks(tasks, grader, self.graders) if tasks or not traffic_tasks else []
+        self.traffic_tasks = traffic_tasks
         self.margin = margin
         self.repeats = repeats
         self.max_episodes = max_episodes
@@ -139,21 +145,27 @@ class TaskSuiteEvaluator(Evaluator):
         """The margin in score units (``wins_minus_losses`` counts tasks: 0 stands in)."""
         return float(self.margin) if self.rule != "wins_minus_losses" else 0.0
 
+    @property
+    def planned_tasks(self) -> int:
+        """Tasks an evaluation runs at most: the configured ones and the traffic tasks asked for
+        (fewer when the scenario's traffic holds fewer)."""
+        return len(self.tasks) + self.traffic_tasks
+
     def sensitivity(self) -> Sensitivity:
         """What this suite detects before anything is measured: serving temperature assumed
         (greedy when ``params`` sets temperature 0), and the spread of a 0/1 grader at p = 0.5."""
         greedy = _greedy(self.params)
         repeats = (1 if greedy else AUTO_REPEATS) if self.repeats == "auto" else int(self.repeats)
-        rounds = self.planned_rounds(len(self.tasks), repeats, greedy)
-        return Sensitivity.of(len(self.tasks), assumed_spread(greedy), repeats=repeats, rounds=rounds,
+        rounds = self.planned_rounds(self.planned_tasks, repeats, greedy)
+        return Sensitivity.of(self.planned_tasks, assumed_spread(greedy), repeats=repeats, rounds=rounds,
                               alpha=self.alpha, margin=self.sensitivity_margin(), rule=self._power_rule())
 
     def selection_problem(self) -> str | None:
         """Why this suite can never select (or only when every task improves), or None."""
         greedy = _greedy(self.params)
         repeats = (1 if greedy else AUTO_REPEATS) if self.repeats == "auto" else int(self.repeats)
-        return selection_problem(len(self.tasks), self.rule, self.margin, self.alpha,
-                                 self.planned_rounds(len(self.tasks), repeats, greedy))
+        return selection_problem(self.planned_tasks, self.rule, self.margin, self.alpha,
+                                 self.planned_rounds(self.planned_tasks, repeats, greedy))
 
     def _power_rule(self) -> str:
         return "sign" if self.rule == "sign" else "bootstrap"
@@ -164,7 +176,16 @@ class TaskSuiteEvaluator(Evaluator):
         serving = serving_conditions(ctx)
         params = episode_params(serving, self.params)
         repeats = auto_repeats(params, serving) if self.repeats == "auto" else int(self.repeats)
-        tasks = self.tasks
+        trained_on = training_prompts(ctx, candidate)
+        drawn = traffic_tasks(getattr(ctx, "store", None), candidate.scenario, self.traffic_tasks,
+                              graders=self.graders, exclude_reports=candidate.report_ids,
+                              exclude_records=candidate.record_ids, training_prompts=trained_on,
+                              seed=seed_for(candidate.id))
+        tasks = [*self.tasks, *drawn]
+        if not tasks:
+            raise ValueError("no gate task: the configured tasks are none and the scenario's scored traffic "
+                             "holds no report a grader can score (metadata pattern or expected) outside the "
+                             "candidate's batch")
         greedy = _greedy(params)
         rounds = self.planned_rounds(len(tasks), repeats, greedy)
         side = ActiveRelease(scenario=candidate.scenario, release_id=f"candidate:{candidate.id}",
@@ -203,7 +224,8 @@ class TaskSuiteEvaluator(Evaluator):
             "temperature": params.get("temperature"),
             "params": params,
             "serving": serving.to_dict(),
-            "contaminated_tasks": contaminated_tasks(tasks, training_prompts(ctx, candidate)),
+            "contaminated_tasks": contaminated_tasks(tasks, trained_on),
+            "traffic_tasks": [t["id"] for t in drawn],
             "alpha": self.alpha,
             "look_alpha": gathered.look_alpha,
             "rounds": gathered.rounds_run,

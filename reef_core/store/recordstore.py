@@ -222,10 +222,12 @@ class RecordStore(RecordPages, ConsumptionStore, EpisodeStore, LeaseStore, ModeS
         return out
 
     def list_reports(self, scenario: str, *, after_seq: int | None = None, limit: int | None = None,
-                     unconsumed_only: bool = False, pool: PoolRule | None = None) -> list[Report]:
-        """Reports of ``scenario`` by seq: all, those no candidate consumed (``unconsumed_only``),
-        or those in the pool under ``pool`` (never consumed, or returned and back by the rule,
-        and within the retention horizon)."""
+                     unconsumed_only: bool = False, pool: PoolRule | None = None,
+                     newest_first: bool = False) -> list[Report]:
+        """Reports of ``scenario`` by seq (``newest_first``: the newest ``limit``, newest first):
+        all, those no candidate consumed (``unconsumed_only``), or those in the pool under
+        ``pool`` (never consumed, or returned and back by the rule, and within the retention
+        horizon)."""
         q = select(Report).where(Report.scenario == scenario)
         if after_seq is not None:
             q = q.where(Report.seq > after_seq)
@@ -237,7 +239,7 @@ class RecordStore(RecordPages, ConsumptionStore, EpisodeStore, LeaseStore, ModeS
                 q = q.where(Report.created_at >= utcnow() - timedelta(days=pool.max_age_days))
             if pool.max_reports is not None:
                 q = q.where(Report.seq >= func.coalesce(newest_seq(scenario, pool.max_reports), 0))
-        q = q.order_by(Report.seq)
+        q = q.order_by(Report.seq.desc() if newest_first else Report.seq)
         if limit is not None:
             q = q.limit(limit)
         with self._read() as s:

@@ -1,0 +1,135 @@
+"""Gate tasks from the scenario's own scored traffic (``task_suite``'s ``traffic_tasks``):
+drawn from reports whose grader can score a fresh answer, never from the candidate's batch."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from reef_core.commit.tasks import BUILTIN_GRADERS, normalize_prompt
+from reef_core.commit.traffic import MAX_PATTERN_CHARS, conversation, grading_of, traffic_tasks
+from reef_core.testing import FakeUpstream, ReefServer
+
+from .conftest import GOOD_FEEDBACK, ask, capital_model, feedback_rules_config, settings_for
+
+
+def _post_report(client, receipt: str, score: float, metadata: dict | None = None, feedback: str | None = None):
+    body = {"references": [receipt], "score": score, **({"metadata": metadata} if metadata else {}),
+            **({"feedback": feedback} if feedback else {})}
+    r = client.post("/reef/report", json=body)
+    assert r.status_code == 200, r.text
+    return r.json()["report_id"]
+
+
+def test_traffic_tasks_come_from_scored_reports_outside_the_batch(tmp_path):
+    config = feedback_rules_config(batch_size=1, loop_enabled=False, evaluator={
+        "name": "task_suite", "tasks": [], "traffic_tasks": 10, "episode_timeout_s": 30, "timeout_s": 120})
+    with FakeUpstream("openai", capital_model) as up:
+        with ReefServer(tmp_path, settings=settings_for(tmp_path, up, config)) as server:
+            client = server.client()
+            # the batch: the oldest report, low score, the rule that makes the model name capitals
+            trained = ask(client, "What is the capital of Italy?").headers["x-reef-agent-record-id"]
+            batch_report = _post_report(client, trained, 0.0, {"pattern": "Rome"}, feedback=GOOD_FEEDBACK)
+            drawn = {}
+            for country, capital in (("France", "Paris"), ("Japan", "Tokyo")):
+                receipt = ask(client, f"What is the capital of {country}?").headers["x-reef-agent-record-id"]
+                drawn[country] = _post_report(client, receipt, 1.0, {"pattern": capital, "grader": "regex"})
+            # left out: the batch's question asked again, no grader's pattern, a pattern that does not compile
+            again = ask(client, "what is the capital of  ITALY?").headers["x-reef-agent-record-id"]
+            _post_report(client, again, 1.0, {"pattern": "Rome"})
+            plain = ask(client, "What is the capital of Spain?").headers["x-reef-agent-record-id"]
+            _post_report(client, plain, 1.0)
+            broken = ask(client, "What is the capital of Peru?").headers["x-reef-agent-record-id"]
+            _post_report(client, broken, 1.0, {"pattern": "(Lima"})
+
+            result = client.post("/reef/scenarios/default/grow").json()
+            m = result["evaluation"]["metrics"]
+            assert sorted(m["traffic_tasks"]) == sorted(f"traffic:{r}" for r in drawn.values())
+            assert f"traffic:{batch_report}" not in m["traffic_tasks"] and m["contaminated_tasks"] == []
+            assert m["n_tasks"] == 2 and set(result["evaluation"]["tasks"]) == set(m["traffic_tasks"])
+            # the fresh answers are graded by the reports' patterns: the rule names the capitals
+            assert result["outcome"] == "published", result["reason"]
+            assert m["candidate_mean"] == 1.0 and m["current_mean"] == 0.0
+
+
+def test_no_task_at_all_is_an_error_not_a_pass(tmp_path):
+    config = feedback_rules_config(batch_size=1, loop_enabled=False, evaluator={
+        "name": "task_suite", "tasks": [], "traffic_tasks": 5, "timeout_s": 60})
+    with FakeUpstream("openai", capital_model) as up:
+        with ReefServer(tmp_path, settings=settings_for(tmp_path, up, config)) as server:
+            client = server.client()
+            receipt = ask(client, "What is the capital of Italy?").headers["x-reef-agent-record-id"]
+            _post_report(client, receipt, 0.0, {"pattern": "Rome"}, feedback=GOOD_FEEDBACK)
+            result = client.post("/reef/scenarios/default/grow").json()
+            assert result["outcome"] == "error" and "no gate task" in result["reason"]
+            assert client.get("/reef/scenarios/default/releases").json()["releases"] == []
+
+
+def test_what_a_report_says_its_grader_needs():
+    graders = dict(BUILTIN_GRADERS)
+    assert grading_of({"pattern": r"\b42\b", "task": "t1"}, graders) == {"grader": "regex", "pattern": r"\b42\b"}
+    assert grading_of({"expected": "Paris"}, graders) == {"grader": "contains", "expected": "Paris"}
+    assert grading_of({"expected": "Paris", "grader": "exact"}, graders) == {"grader": "exact", "expected": "Paris"}
+    for unusable in (None, "text", {}, {"task": "t1"}, {"pattern": "("}, {"pattern": "x", "grader": "vibes"},
+                     {"pattern": "a" * (MAX_PATTERN_CHARS + 1)}, {"grader": "exact"}, {"pattern": 42}):
+        assert grading_of(unusable, graders) is None, unusable
+
+
+def test_a_recorded_request_becomes_a_text_conversation():
+    anthropic = {"system": [{"type": "text", "text": "Be brief."}],
+                 "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"},
+                                                           {"type": "image", "source": {}}]}]}
+    assert conversation(anthropic) == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    responses = {"instructions": "Be brief.", "input": "Hi"}
+    assert conversation(responses)[-1] == {"role": "user", "content": "Hi"}
+    assert conversation({"messages": [{"role": "assistant", "content": "Hello"}]}) == []  # no user turn
+    assert conversation(None) == []
+
+
+class _Store:
+    """The two reads ``traffic_tasks`` makes."""
+
+    def __init__(self, reports, records):
+        self.reports, self.records = reports, records
+
+    def list_reports(self, scenario, *, limit, newest_first):
+        assert newest_first
+        return self.reports[:limit]
+
+    def get_records(self, ids):
+        return {i: self.records[i] for i in ids if i in self.records}
+
+
+def _report(rid: str, record: str, **meta):
+    return SimpleNamespace(id=rid, references=[record], meta=meta)
+
+
+def _record(text: str):
+    return SimpleNamespace(request={"messages": [{"role": "user", "content": text}]})
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_draw_is_seeded_deduplicated_and_bounded(seed):
+    records = {f"rec{i}": _record(f"Question {i % 6}?") for i in range(12)}  # each question asked twice
+    reports = [_report(f"rpt{i}", f"rec{i}", pattern="yes") for i in reversed(range(12))]  # newest first
+    store = _Store(reports, records)
+    kwargs = dict(graders=dict(BUILTIN_GRADERS), exclude_reports={"rpt11"}, exclude_records={"rec10"},
+                  training_prompts=frozenset({normalize_prompt("Question 0?")}), seed=seed)
+    tasks = traffic_tasks(store, "s", 50, **kwargs)
+    # questions 1–5 once each (the newest report of each); question 0 is the batch's, rpt11/rec10 are its too
+    asked = sorted(t["messages"][-1]["content"] for t in tasks)
+    assert asked == [f"Question {i}?" for i in range(1, 6)]
+    assert {t["id"] for t in tasks} == {f"traffic:rpt{i}" for i in (9, 8, 7, 5, 4)}
+    assert traffic_tasks(store, "s", 3, **kwargs) == traffic_tasks(store, "s", 3, **kwargs)  # the same draw
+    assert len(traffic_tasks(store, "s", 3, **kwargs)) == 3
+    assert traffic_tasks(store, "s", 0, **kwargs) == [] and traffic_tasks(None, "s", 3, **kwargs) == []
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True, "all"])
+def test_traffic_tasks_is_checked(value):
+    from reef_core.builtins.evaluators import TaskSuiteEvaluator
+
+    with pytest.raises(ValueError, match="traffic_tasks must be 0 or more"):
+        TaskSuiteEvaluator(tasks=[{"prompt": "A?", "expected": "a"}], traffic_tasks=value)
+    assert TaskSuiteEvaluator(tasks=[], traffic_tasks=3).planned_tasks == 3
