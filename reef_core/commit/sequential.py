@@ -153,8 +153,9 @@ def look_reason(stats: PairedStats, rule: str, margin: float, outcome: str, *, r
     else:
         head = f"{interval} (paired bootstrap)"
     if outcome == "select":
-        why = "the lower bound is above" if rule == "bootstrap" else "the sign test selects over"
-        return f"{head}: {why} margin {margin:g}"
+        if rule == "sign":
+            return f"{head}: more tasks are above margin {margin:g} than chance allows"
+        return f"{head}: the lower bound is above margin {margin:g}"
     if outcome == "reject":
         return f"{head}: the upper bound is not above margin {margin:g}, so the candidate is no better"
     why = {"time": "the evaluation's timeout leaves no time for another round",
