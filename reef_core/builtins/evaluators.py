@@ -151,21 +151,24 @@ class TaskSuiteEvaluator(Evaluator):
         (fewer when the scenario's traffic holds fewer)."""
         return len(self.tasks) + self.traffic_tasks
 
-    def sensitivity(self) -> Sensitivity:
-        """What this suite detects before anything is measured: serving temperature assumed
-        (greedy when ``params`` sets temperature 0), and the spread of a 0/1 grader at p = 0.5."""
+    def _planned(self) -> tuple[bool, int, int]:
+        """(greedy, repeats a round, rounds) before anything is known of serving: sampled unless
+        ``params`` sets temperature 0."""
         greedy = _greedy(self.params)
         repeats = (1 if greedy else AUTO_REPEATS) if self.repeats == "auto" else int(self.repeats)
-        rounds = self.planned_rounds(self.planned_tasks, repeats, greedy)
+        return greedy, repeats, self.planned_rounds(self.planned_tasks, repeats, greedy)
+
+    def sensitivity(self) -> Sensitivity:
+        """What this suite detects before anything is measured (``_planned``), with the spread
+        of a 0/1 grader at p = 0.5."""
+        greedy, repeats, rounds = self._planned()
         return Sensitivity.of(self.planned_tasks, assumed_spread(greedy), repeats=repeats, rounds=rounds,
                               alpha=self.alpha, margin=self.sensitivity_margin(), rule=self._power_rule())
 
     def selection_problem(self) -> str | None:
-        """Why this suite can never select (or only when every task improves), or None."""
-        greedy = _greedy(self.params)
-        repeats = (1 if greedy else AUTO_REPEATS) if self.repeats == "auto" else int(self.repeats)
-        return selection_problem(self.planned_tasks, self.rule, self.margin, self.alpha,
-                                 self.planned_rounds(self.planned_tasks, repeats, greedy))
+        """Why this suite can never select (or only when every task improves alike), or None."""
+        _, _, rounds = self._planned()
+        return selection_problem(self.planned_tasks, self.rule, self.margin, self.alpha, rounds)
 
     def _power_rule(self) -> str:
         return "sign" if self.rule == "sign" else "bootstrap"
