@@ -73,6 +73,9 @@ class ServerSettings(_Strict):
     #: address too on a 0.0.0.0 or :: bind): ``name`` (any port) or ``name:port``; ``*`` any
     #: host. Other ``Host`` headers get 421 (DNS rebinding; ``reef_core.serve.hosts``)
     allowed_hosts: list[str] = []
+    #: on SIGTERM/SIGINT, requests in flight get this many seconds to finish; then what is left
+    #: is cut (its client told, its record kept ``incomplete``) and the process exits
+    shutdown_timeout_s: float = Field(10.0, ge=0)
 
     @field_validator("allowed_hosts")
     @classmethod

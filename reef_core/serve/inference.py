@@ -213,13 +213,39 @@ async def complete(state: ServeState, ex: Exchange) -> Response:
         state.metrics.requests.labels(ex.route, ex.scenario, "ok").inc()
         state.metrics.latency.labels(ex.route, "false").observe(time.perf_counter() - ex.started)
         return Response(jsonfast.dumps(body), media_type="application/json", headers=ex.headers())
-    except BaseException:  # cancelled (server shutting down): the attempt is still recorded
+    except asyncio.CancelledError:  # cut at shutdown: the attempt is recorded, the client told
+        if submitted:
+            raise
+        _submit_quietly(state, ex.record(call, state.runtime_name, status="incomplete", error=cut_message(state)))
+        return _cut_response(ex)
+    except BaseException:
         if not submitted:
             _submit_quietly(state, ex.record(call, state.runtime_name, status="incomplete",
-                                             error="cancelled before the runtime answered (server shutting down)"))
+                                             error="cancelled before the runtime answered"))
         raise
     finally:
         state.inflight -= 1
+
+
+def cut_message(state: ServeState) -> str:
+    """Why an answer still running when the server stopped has no end (its record's error)."""
+    return (f"cut: the server shut down before the answer was finished "
+            f"(server.shutdown_timeout_s={state.reef.settings.server.shutdown_timeout_s:g})")
+
+
+def _uncancel() -> None:
+    """Take back the shutdown's cancellation of this task, so that the cut answer still goes out
+    (the server cancels each request once, after ``server.shutdown_timeout_s``)."""
+    task = asyncio.current_task()
+    uncancel = getattr(task, "uncancel", None)  # Python 3.11+
+    if uncancel is not None:
+        uncancel()
+
+
+def _cut_response(ex: Exchange) -> Response:
+    _uncancel()
+    return error_response(ex.dialect, 503, "the server shut down before the answer was finished; "
+                                           "retry the request", headers=ex.headers())
 
 
 def _check_answer_depth(answer: Any, limit: int) -> None:
@@ -336,16 +362,30 @@ class _RecordedStream(StreamingResponse):
         try:
             await self.stream_response(send)
         except asyncio.CancelledError:
-            if not interrupted:
-                raise
-            uncancel = getattr(sending, "uncancel", None)  # Python 3.11+
-            if uncancel is not None:
-                uncancel()
+            _uncancel()
+            if not interrupted:  # cut at shutdown: the record says so, the client gets an error event
+                job.error = cut_message(job.state)
+                finished = True
+                watcher.cancel()
+                await self._send_cut(send)
         finally:
             finished = True  # before any await: the watcher cannot run in between
             watcher.cancel()
             with anyio.CancelScope(shield=True):
                 await job.finalize()
+
+    async def _send_cut(self, send: Any) -> None:
+        """End a stream cut at shutdown: an in-band error event (both SDKs raise on it), then the
+        end of the body. A client too slow to take it within a second is left to the closing
+        connection."""
+        dialect = self.job.ex.dialect
+        event = _sse(dialect, _stream_error(dialect, 503, "the server shut down before the answer was finished; "
+                                                          "retry the request"))
+        try:
+            with anyio.fail_after(1.0):
+                await send({"type": "http.response.body", "body": event, "more_body": False})
+        except Exception:
+            log.debug("could not tell a cut stream's client", exc_info=True)
 
 
 async def stream(state: ServeState, ex: Exchange) -> Response:
@@ -362,8 +402,11 @@ async def stream(state: ServeState, ex: Exchange) -> Response:
         state.inflight -= 1
         if isinstance(exc, Exception):
             return await _fail(state, ex, call, exc)
+        cut = isinstance(exc, asyncio.CancelledError)
         _submit_quietly(state, ex.record(call, state.runtime_name, status="incomplete",
-                                         error="cancelled before the runtime answered (server shutting down)"))
+                                         error=cut_message(state) if cut else "cancelled before the runtime answered"))
+        if cut:
+            return _cut_response(ex)
         raise
     state.metrics.first_byte.labels(ex.route).observe(time.perf_counter() - ex.started)
     job = _StreamJob(state, ex, call, batches)

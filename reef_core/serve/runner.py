@@ -89,7 +89,9 @@ def _serve(settings: Settings, plugins: Plugins, sock: socket.socket | None = No
     app.state.listen_url = connect_url(host, settings.server.port)
     # connection-level bounds (slow clients, connection cap, header size, malformed framing): edge.py
     config = uvicorn.Config(app, host=host, port=settings.server.port,
-                            log_level=settings.server.log_level, access_log=False, timeout_graceful_shutdown=30,
+                            log_level=settings.server.log_level, access_log=False,
+                            # past it, what is still running is cut (serve.inference) and the process exits
+                            timeout_graceful_shutdown=settings.server.shutdown_timeout_s,
                             **uvicorn_options(settings))
     _KernelFirstServer(config, reef, warning).run(sockets=[sock] if sock is not None else None)
 
