@@ -3,8 +3,10 @@ embedded SmolLM2 (slow): a release is published and the simulated users' score r
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -15,8 +17,9 @@ from rich.console import Console
 from reef_core.cli import main
 from reef_core.demo.plot import learning_curve
 from reef_core.demo.preference import PREFERENCE
+from reef_core.demo.progress import LineProgress, LiveProgress, Turn, demo_progress
 from reef_core.demo.questions import QUESTIONS, deal
-from reef_core.demo.run import DemoResult, Plan, recipe_config, server_config, summary_panel
+from reef_core.demo.run import DemoResult, Plan, recipe_config, run_demo, server_config, summary_panel
 
 
 def test_questions_are_dealt_disjoint():
@@ -78,6 +81,123 @@ def test_learning_curve_is_a_png(tmp_path):
     pytest.importorskip("matplotlib")
     path = learning_curve(_result(), tmp_path / "curve.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_progress_off_a_terminal_is_plain_lines_one_per_phase_round_and_decided_candidate():
+    stream, clock = io.StringIO(), _Clock()
+    progress = demo_progress(Console(file=stream))
+    assert isinstance(progress, LineProgress)
+    progress.clock, progress.start = clock, clock.now
+    with progress:
+        boot = progress.phase("starting reef serve", total=1)
+        progress.finish(boot)
+        clock.now += 12
+        traffic = progress.phase("users ask, grade and report", total=4)
+        for _ in range(4):
+            progress.advance(traffic)  # steps are not lines
+        progress.round_done(1, 2, [Turn("user-1", "q", "a", 1.0, None), Turn("user-2", "q", "a", 0.0, None)])
+        proposed = {"id": "cand_1", "status": "evaluating", "created_at": "2026-01-01T00:00:01"}
+        progress.observe({"state": "growing"}, [proposed])
+        published = {**proposed, "status": "published", "release_id": "rel_1", "summary": "add 1 rule(s): be brief"}
+        rejected = {"id": "cand_2", "status": "rejected", "created_at": "2026-01-01T00:00:02",
+                    "reason": "gate: 0.25 < 0.5", "summary": "add 1 rule(s): shout"}
+        skipped = {"id": "cand_3", "status": "skipped", "created_at": "2026-01-01T00:00:03"}
+        progress.observe({"state": "idle"}, [rejected, published, skipped])
+        progress.observe({"state": "idle"}, [rejected, published, skipped])  # each candidate is told once
+        progress.phase("learning settles")
+    assert stream.getvalue().splitlines() == [
+        "[    0s] starting reef serve (1) …",
+        "[   12s] users ask, grade and report (4) …",
+        "[   12s] round 1/2: 2 answers graded and reported, mean score 0.50",
+        "[   12s] candidate cand_1 published as rel_1: add 1 rule(s): be brief",
+        "[   12s] candidate cand_2 rejected: gate: 0.25 < 0.5",
+        "[   12s] learning settles …",
+    ]
+    assert progress.counts == {"published": 1, "rejected": 1, "skipped": 1}
+    assert "\x1b" not in stream.getvalue()  # no terminal control codes in a log
+
+
+class _ScriptedServer:
+    """What ``run_demo`` uses of ``DemoServer``, without a model: every other answer follows the
+    preference, and one candidate is published after the second round."""
+
+    url, log_path = "http://127.0.0.1:1", "serve.log"
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.reports = 0
+
+    def start(self) -> None:
+        pass
+
+    def wait_ready(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def log_tail(self) -> str:
+        return ""
+
+    def ask(self, question, *, max_tokens, tag):
+        return f"rec_{question}", (PREFERENCE.examples_met[0] if len(question) % 2 else "A long answer. " * 5), None
+
+    def report(self, receipt, score, feedback, user) -> None:
+        self.reports += 1
+
+    def loop_state(self):
+        return {"state": "idle", "eligible": 0, "batch_size": 3}
+
+    def candidates(self):
+        if self.reports < 6:
+            return []
+        return [{"id": "cand_1", "status": "published", "release_id": "rel_1", "summary": "add 1 rule(s)",
+                 "created_at": "2026-01-01T00:00:00"}]
+
+    def settled(self) -> bool:
+        return True
+
+
+def test_the_demo_run_off_a_terminal_prints_its_progress_as_it_goes(tmp_path, monkeypatch):
+    monkeypatch.setattr("reef_core.demo.run.DemoServer", _ScriptedServer)
+    monkeypatch.setattr("reef_core.demo.run.time.sleep", lambda s: None)
+    stream = io.StringIO()
+    plan = Plan(users=3, rounds=3, heldout=2, gate=2, settle_timeout_s=60)
+    result, _ = run_demo(recipe="feedback_rules", plan=plan, port=1, out=tmp_path, console=Console(file=stream))
+    lines = [line.split("] ", 1)[1] for line in stream.getvalue().splitlines()]
+    assert lines == [
+        "starting reef serve (SmolLM2-135M-Instruct) (1) …",
+        "held-out questions, before (2) …",
+        "users ask, grade and report (9) …",
+        *[line for line in lines if line.startswith("round 1/3")],
+        *[line for line in lines if line.startswith("round 2/3")],
+        "candidate cand_1 published as rel_1: add 1 rule(s)",
+        *[line for line in lines if line.startswith("round 3/3")],
+        "learning settles (candidates gated, winners published) …",
+        "held-out questions, after (2) …",
+    ]
+    assert all(len([x for x in lines if x.startswith(f"round {n}/3")]) == 1 for n in (1, 2, 3))
+    assert result.published == 1 and result.reports == 9
+
+
+def test_progress_on_a_terminal_is_the_live_table():
+    stream = io.StringIO()
+    progress = demo_progress(Console(file=stream, force_terminal=True, width=120))
+    assert isinstance(progress, LiveProgress)
+    with progress:
+        phase = progress.phase("held-out questions, before", total=2)
+        progress.advance(phase)
+        progress.round_done(1, 1, [Turn("user-1", "What is 2+2?", "Four.", 1.0, None)])
+        progress.observe({"state": "idle", "eligible": 0}, [{"id": "c", "status": "published"}])
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stream.getvalue())  # the terminal's styles and cursor moves
+    assert "latest answers" in text and "What is 2+2?" in text and "1 published" in text
 
 
 def test_unknown_recipe_is_a_clear_error(tmp_path):

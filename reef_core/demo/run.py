@@ -26,13 +26,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console, Group
-from rich.live import Live
+from rich.console import Console
 from rich.panel import Panel
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from .preference import PREFERENCE, Preference
+from .progress import DemoProgress, Turn, demo_progress
 from .questions import deal
 from .server import SCENARIO, DemoServer
 
@@ -82,15 +80,6 @@ def server_config(recipe: str, plan: Plan, preference: Preference, gate: list[st
 
 
 @dataclass
-class Turn:
-    user: str
-    question: str
-    answer: str
-    score: float
-    release: str | None
-
-
-@dataclass
 class DemoResult:
     recipe: str
     preference: str
@@ -116,47 +105,19 @@ class DemoResult:
         return self.after > self.before
 
 
-class Screen:
-    """What ``Live`` redraws: the progress bars, the loop's state and the latest answers."""
-
-    def __init__(self, progress: Progress, preference: Preference):
-        self.progress = progress
-        self.preference = preference
-        self.turns: list[Turn] = []
-        self.loop: dict[str, Any] = {}
-        self.counts: Counter = Counter()
-
-    def __rich__(self) -> Group:
-        table = Table(title="latest answers", expand=True, title_justify="left")
-        table.add_column("user", no_wrap=True)
-        table.add_column("question", ratio=2)
-        table.add_column("answer", ratio=3)
-        table.add_column("score", justify="right")
-        for t in self.turns[-8:]:
-            style = "green" if t.score >= 1.0 else "red"
-            table.add_row(t.user, t.question, _short(t.answer, 90), f"[{style}]{t.score:.0f}[/{style}]")
-        loop = (f"loop: {self.loop.get('state', '?')}, {self.loop.get('eligible', 0)} report(s) eligible; "
-                f"candidates: {self.counts.get('published', 0)} published, {self.counts.get('rejected', 0)} rejected; "
-                f"serving: {self.loop.get('serving_release_id') or 'base (no release yet)'}")
-        return Group(self.progress, table, loop)
-
-
-def _short(text: str, n: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
 def _scores(server: DemoServer, preference: Preference, questions: list[str], pool: ThreadPoolExecutor,
-            progress: Progress, label: str) -> list[dict[str, Any]]:
+            progress: DemoProgress, label: str) -> list[dict[str, Any]]:
     """Greedy answers to ``questions`` (no reports), each graded."""
-    task = progress.add_task(label, total=len(questions))
+    task = progress.phase(label, total=len(questions))
 
     def one(question: str) -> dict[str, Any]:
         _, answer, release = server.ask(question, max_tokens=preference.max_tokens, tag="heldout")
         progress.advance(task)
         return {"question": question, "answer": answer, "score": preference.grade(answer), "release": release}
 
-    return list(pool.map(one, questions))
+    rows = list(pool.map(one, questions))
+    progress.finish(task)
+    return rows
 
 
 def _mean(rows: list[dict[str, Any]]) -> float:
@@ -171,21 +132,19 @@ def run_demo(*, recipe: str, plan: Plan, port: int, out: Path, console: Console,
     workdir = out / f"server-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
     server = DemoServer(workdir, server_config(recipe, plan, preference, qs.gate),
                         ["runtime=local", f"recipe={recipe}", "evaluator=task_suite"], port=port)
-    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), console=console)
-    screen = Screen(progress, preference)
+    progress = demo_progress(console)
     users = [f"user-{i + 1}" for i in range(plan.users)]
     curve: list[dict[str, Any]] = []
     ok = False
     try:
-        with Live(screen, console=console, refresh_per_second=4, transient=False):
-            boot = progress.add_task("starting reef serve (SmolLM2-135M-Instruct)", total=1)
+        with progress:
+            boot = progress.phase("starting reef serve (SmolLM2-135M-Instruct)", total=1)
             server.start()
             server.wait_ready()
-            progress.update(boot, completed=1)
+            progress.finish(boot)
             with ThreadPoolExecutor(CONCURRENCY) as pool:
                 before = _scores(server, preference, qs.heldout, pool, progress, "held-out questions, before")
-                traffic = progress.add_task("users ask, grade and report", total=len(qs.traffic))
+                traffic = progress.phase("users ask, grade and report", total=len(qs.traffic))
 
                 def turn(user: str, question: str) -> Turn:
                     receipt, answer, release = server.ask(question, max_tokens=preference.max_tokens, tag="traffic")
@@ -197,30 +156,28 @@ def run_demo(*, recipe: str, plan: Plan, port: int, out: Path, console: Console,
                 for r in range(plan.rounds):
                     chunk = qs.traffic[r * plan.users:(r + 1) * plan.users]
                     turns = list(pool.map(turn, users, chunk))
-                    screen.turns.extend(turns)
-                    screen.loop = server.loop_state()
-                    screen.counts = Counter(c["status"] for c in server.candidates())
+                    progress.round_done(r + 1, plan.rounds, turns)
+                    progress.observe(server.loop_state(), server.candidates())
                     curve.append({"round": r + 1, "reports": (r + 1) * plan.users,
                                   "score": sum(t.score for t in turns) / len(turns),
-                                  "published": screen.counts.get("published", 0),
+                                  "published": progress.counts.get("published", 0),
                                   # the release that answered most of the round (None: the base)
                                   "serving": Counter(t.release for t in turns).most_common(1)[0][0]})
-                settle = progress.add_task("learning settles (candidates gated, winners published)", total=None)
+                progress.finish(traffic)
+                settle = progress.phase("learning settles (candidates gated, winners published)")
                 deadline, calm, settled = time.monotonic() + plan.settle_timeout_s, 0, False
                 while time.monotonic() < deadline:
-                    screen.loop = server.loop_state()
-                    screen.counts = Counter(c["status"] for c in server.candidates())
+                    progress.observe(server.loop_state(), server.candidates())
                     calm = calm + 1 if server.settled() else 0
                     if calm >= 2:
                         settled = True
                         break
                     time.sleep(1.0)
-                progress.update(settle, total=1, completed=1)
+                progress.finish(settle)
                 after = _scores(server, preference, qs.heldout, pool, progress, "held-out questions, after")
             candidates = server.candidates()
-            screen.counts = Counter(c["status"] for c in candidates)
-            screen.loop = server.loop_state()
-        counts = screen.counts
+            progress.observe(server.loop_state(), candidates)
+        counts = progress.counts
         learnt = [c.get("summary") or c["id"] for c in reversed(candidates) if c["status"] == "published"]
         result = DemoResult(
             recipe=recipe, preference=preference.description, users=plan.users, reports=len(qs.traffic),
