@@ -226,6 +226,8 @@ def compose(overrides: list[str] | tuple[str, ...] = (), plugins: Plugins | None
     for o in overrides:
         if o.startswith("hydra"):
             raise ConfigError(f"override {o!r} is not allowed: hydra.* keys are managed by Reef")
+        if "=" not in o and not o.startswith("~"):  # Hydra's own words: "Error parsing override"
+            raise ConfigError(f"{o!r} is not a config override: an override is KEY=VALUE (e.g. server.port=9000)")
     if not any(o.split("=", 1)[0].lstrip("+~") == "evaluator" for o in overrides):
         # evaluator=recipe_default has no keys of its own: `evaluator.tasks=...` are options of
         # the recipe's own evaluator, checked against it once the recipe is known (validate)
@@ -242,10 +244,29 @@ def compose(overrides: list[str] | tuple[str, ...] = (), plugins: Plugins | None
             cfg = OmegaConf.merge(cfg, extra)
         OmegaConf.resolve(cfg)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(_one_line(str(exc))) from None
+        raise ConfigError(_unknown_key(exc) or _one_line(str(exc))) from None
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot read config: {_one_line(str(exc))}") from None
     return cfg
+
+
+def _unknown_key(exc: Exception) -> str | None:
+    """The message of an override naming a key the composed config lacks, as ``validate`` words
+    it for a config file ("unknown config key server.prot"); Hydra says "Could not override".
+    Where the section takes keys its defaults do not list (a plugin's options, scenarios), the
+    line says how to add one."""
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    found = re.match(r"Could not override '([^']+)'", str(exc))
+    cause = exc.__cause__
+    if found is None or not isinstance(cause, (ConfigAttributeError, ConfigKeyError)) \
+            or "not in struct" not in str(cause):
+        return None
+    key = found.group(1).lstrip("+~")
+    field = Settings.model_fields.get(key.split(".")[0])
+    if field is None or (isinstance(field.annotation, type) and issubclass(field.annotation, _Strict)):
+        return f"unknown config key {key}"
+    return f"unknown config key {key} (a key its defaults do not list takes a leading +: +{key}=…)"
 
 
 def _one_line(message: str) -> str:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -107,3 +108,36 @@ def test_the_shared_modules_import_no_command_group():
     for module in SHARED:
         assert _package_imports(Path(reef_core.cli.__path__[0]) / f"{module}.py") <= SHARED - {module}
 
+
+
+def _commands_with_overrides(group: click.Group = main, path: tuple[str, ...] = ()):
+    """Every command taking config overrides as trailing arguments, with its required arguments."""
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        if isinstance(command, click.Group):
+            yield from _commands_with_overrides(command, (*path, name))
+            continue
+        arguments = [p for p in command.params if isinstance(p, click.Argument)]
+        if any(a.name == "overrides" for a in arguments):
+            yield (*path, name), ["x" for a in arguments if a.required and a.name != "overrides"], command
+
+
+@pytest.mark.parametrize("path, required, command", list(_commands_with_overrides()),
+                         ids=lambda v: " ".join(v) if isinstance(v, tuple) else "")
+def test_a_word_that_is_not_an_override_says_what_it_was_taken_as(tmp_path, path, required, command):
+    result = CliRunner().invoke(main, [*path, *required, "foo", f"server.state_dir={tmp_path}"], prog_name="reef")
+    assert result.exit_code == 2, result.output
+    line = result.output.strip()
+    assert "\n" not in line and "Error parsing override" not in line
+    assert line.startswith("Error: 'foo' was taken as a config override, and an override is KEY=VALUE")
+    assert f"`reef {' '.join(path)}` takes no further arguments" in line
+    takes_scenario = any("--scenario" in getattr(p, "opts", ()) for p in command.params)
+    assert ("use -s foo" in line) == takes_scenario
+
+
+def test_an_unknown_key_given_on_the_command_line_is_named_as_the_docs_say(tmp_path):
+    result = CliRunner().invoke(main, ["serve", "server.prot=1", f"server.state_dir={tmp_path}"], prog_name="reef")
+    assert result.exit_code == 2
+    assert result.output.strip() == "Error: unknown config key server.prot"
+    assert "`Error: unknown config key server.prot`" in (Path(__file__).parents[1] / "docs/configuration.md").read_text()

@@ -7,6 +7,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from reef_core.config import compose, load_settings, mask_secrets, masked_yaml
 from reef_core.errors import ConfigError
@@ -143,3 +145,32 @@ def test_loop_uses_the_recipe_default_evaluator(tmp_path):
     reef = build_reef(s, get_plugins())
     assert reef.learning.plan("default").evaluator_name == "always"  # basic's default_evaluator
     reef.store.close()
+
+
+_STRICT_SECTIONS = ("server", "auth", "loop", "record_store")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(section=st.sampled_from(_STRICT_SECTIONS),
+       name=st.from_regex(r"[a-z][a-z_]{0,12}", fullmatch=True))
+def test_an_unknown_key_is_named_the_same_from_an_override_a_plus_override_and_a_file(tmp_path, section, name):
+    from reef_core.config import Settings
+
+    section_model = Settings.model_fields[section].annotation
+    assume(name not in section_model.model_fields and name != "name")
+    expected = f"unknown config key {section}.{name}"
+    for override in (f"{section}.{name}=1", f"+{section}.{name}=1"):
+        with pytest.raises(ConfigError) as err:
+            load_settings([override])
+        assert str(err.value) == expected
+    config_file = tmp_path / "reef.yaml"
+    config_file.write_text(f"{section}:\n  {name}: 1\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings([], config_file=config_file)
+    assert str(err.value) == expected
+
+
+def test_a_word_without_equals_is_not_taken_for_hydra_grammar():
+    with pytest.raises(ConfigError) as err:
+        compose(["foo"])
+    assert str(err.value) == "'foo' is not a config override: an override is KEY=VALUE (e.g. server.port=9000)"

@@ -78,10 +78,30 @@ def load(overrides: tuple[str, ...], config_file: str | None = None):
     from ..config import compose, validate
     from ..plugins import get_plugins
 
+    check_overrides(overrides)
     plugins = get_plugins()
     cfg = compose(list(overrides), plugins, config_file=config_file)
     settings = validate(cfg, plugins)
     return cfg, settings, plugins
+
+
+def check_overrides(overrides: tuple[str, ...]) -> None:
+    """A word that is not ``KEY=VALUE`` among a command's trailing arguments: say what it was
+    taken as and what the command takes there (Hydra would say "Error parsing override")."""
+    from ..errors import ConfigError
+
+    for word in overrides:
+        if "=" in word or word.startswith("~"):
+            continue
+        ctx = click.get_current_context(silent=True)
+        command = f"`{ctx.command_path}`" if ctx is not None else "the command"
+        message = (f"{word!r} was taken as a config override, and an override is KEY=VALUE (e.g. server.port=9000): "
+                   f"{command} takes no further arguments")
+        takes_scenario = ctx is not None and any("--scenario" in getattr(p, "opts", ())
+                                                 for p in ctx.command.params)
+        if takes_scenario:
+            message += f"; for the scenario {word!r}, use -s {word}"
+        raise ConfigError(message + (f" (see {ctx.command_path} --help)" if ctx is not None else ""))
 
 
 def open_store(overrides: tuple[str, ...], config_file: str | None, force: bool = False):
