@@ -115,10 +115,9 @@ def _git_lfs(required: bool, patterns: list[str]) -> Check:
 
 def _database(url: str) -> Check:
     from alembic.script import ScriptDirectory
-    from sqlalchemy import create_engine
     from sqlalchemy.engine import make_url
 
-    from .store.engine import normalize_url
+    from .store.engine import MissingDriver, create_engine_for, normalize_url
     from .store.migrate import alembic_config, current_revision
 
     url = normalize_url(url)
@@ -132,7 +131,10 @@ def _database(url: str) -> Check:
             return Check("database", "fail", f"{shown} cannot be created: {parent} is not writable",
                          "make server.state_dir (or record_store.url's directory) writable")
     connect_args = {"connect_timeout": int(PROBE_TIMEOUT_S)} if url.startswith("postgresql") else {}
-    engine = create_engine(url, connect_args=connect_args)
+    try:
+        engine = create_engine_for(url, connect_args=connect_args)
+    except MissingDriver as exc:
+        return Check("database", "fail", f"{shown}: {exc}", exc.install)
     try:
         current = current_revision(engine)
     except Exception as exc:

@@ -210,3 +210,12 @@ def test_plugin_failing_on_start_names_itself_and_stops_the_runtime(tmp_path):
     assert runtime.started and runtime.closed and stopped == [reef] and not reef.started
     assert err.value.exit_code == 2
     reef.store.close()
+
+
+def test_a_postgresql_store_without_its_driver_is_one_line_naming_the_extra(tmp_path):
+    code = "import sys; sys.modules['psycopg'] = None; from reef_core.cli import main; main(prog_name='reef')"
+    line = _one_error_line(_serve(tmp_path, "record_store=postgres",
+                                  "record_store.url=postgresql://reef:secret@127.0.0.1:9/reef", code=code))
+    assert line.endswith("could not be opened: the database driver 'psycopg' is not installed: "
+                         "pip install 'reef-core[postgres]'")
+    assert "secret" not in line

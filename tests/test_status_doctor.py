@@ -4,6 +4,7 @@ fail, what it says to do, and the exit code."""
 from __future__ import annotations
 
 import json
+import sys
 from collections import namedtuple
 from pathlib import Path
 from types import SimpleNamespace
@@ -195,3 +196,10 @@ def test_doctor_changes_nothing(tmp_path):
     """The checks only read: doctor creates neither the state directory nor the database."""
     _cli(tmp_path, "doctor")
     assert not (tmp_path / "state").exists()
+
+
+def test_database_without_its_driver_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as without reef-core[postgres]
+    check = doctor._database("postgresql://reef:secret@127.0.0.1:9/reef")
+    assert check.status == "fail" and "'psycopg' is not installed" in check.detail and "secret" not in check.detail
+    assert check.fix == "pip install 'reef-core[postgres]'"

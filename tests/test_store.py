@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from reef_core.errors import ConflictError, NotFoundError
+from reef_core.errors import ConflictError, NotFoundError, StoreError
 from reef_core.store import CandidateRow, Record, RecordStore, Release, Report, ScenarioMismatch
 from reef_core.store.migrate import current_revision
 
@@ -225,3 +225,12 @@ def test_sqlite_synchronous_normal_is_opt_in(tmp_path):
         assert c.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
     with pytest.raises(ValueError, match="synchronous"):
         RecordStore(f"sqlite:///{tmp_path / 'x.db'}", synchronous="off")
+
+
+@pytest.mark.parametrize("url", ["postgresql://reef@127.0.0.1:9/reef", "postgres://reef@127.0.0.1:9/reef",
+                                 "postgresql+psycopg://reef:secret@127.0.0.1:9/reef"])
+def test_a_postgresql_store_without_its_driver_says_which_extra_installs_it(monkeypatch, url):
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as without reef-core[postgres]
+    with pytest.raises(StoreError) as err:
+        RecordStore(url)
+    assert str(err.value) == "the database driver 'psycopg' is not installed: pip install 'reef-core[postgres]'"

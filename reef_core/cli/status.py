@@ -174,12 +174,14 @@ def doctor(config_file: str | None, as_json: bool, overrides: tuple[str, ...]) -
     else:
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
         table = Table(title="reef doctor")
         for col in ("check", "", "detail", "what to do"):
             table.add_column(col)
         for c in checks:
-            table.add_row(c.name, _MARK[c.status], c.detail, c.fix)
+            # details and fixes are plain text: "pip install 'reef-core[postgres]'" is not markup
+            table.add_row(c.name, _MARK[c.status], Text(c.detail), Text(c.fix))
         Console(width=max(Console().width, 120)).print(table)
     if any(c.status == "fail" for c in checks):
         raise SystemExit(1)

@@ -12,6 +12,7 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import OperationalError
 
+from ..errors import StoreError
 from .filelock import lock_for
 
 try:  # pragma: no cover - which branch runs depends on the environment
@@ -32,6 +33,29 @@ def normalize_url(url: str) -> str:
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://"):]
     return url
+
+
+#: the extra of reef-core that installs a database's driver (``pip install 'reef-core[postgres]'``)
+DRIVER_EXTRAS = {"psycopg": "postgres"}
+
+
+class MissingDriver(StoreError):
+    """The database's driver is not installed; ``install`` says how to install it."""
+
+    def __init__(self, module: str):
+        extra = DRIVER_EXTRAS.get(module)
+        self.install = f"pip install 'reef-core[{extra}]'" if extra else f"pip install {module}"
+        super().__init__(f"the database driver {module!r} is not installed: {self.install}")
+
+
+def create_engine_for(url: str, **kwargs: object) -> Engine:
+    """``create_engine`` for a normalized ``url``; a driver that is not installed is a
+    ``MissingDriver`` naming the extra that installs it (SQLAlchemy says only "No module named
+    'psycopg'")."""
+    try:
+        return create_engine(url, **kwargs)
+    except ModuleNotFoundError as exc:
+        raise MissingDriver((exc.name or "").split(".")[0] or str(exc)) from None
 
 
 def json_serializer(value: object) -> str:
@@ -63,7 +87,8 @@ def make_engines(url: str, *, synchronous: str = "full") -> tuple[Engine, Engine
     url = normalize_url(url)
     u = make_url(url)
     if u.get_backend_name() != "sqlite":
-        engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, json_serializer=json_serializer)
+        engine = create_engine_for(url, pool_pre_ping=True, pool_size=10, max_overflow=20,
+                                   json_serializer=json_serializer)
         return engine, engine
     if u.database and u.database != ":memory:":
         Path(u.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
