@@ -110,9 +110,11 @@ class RemoteReef:
         """The scenario's learning mode: ``{scenario, mode, since, set_by}``."""
         return self._call("GET", f"/reef/scenarios/{self._scenario(scenario)}/mode")[1]
 
-    def set_mode(self, scenario: str, mode: str) -> dict[str, Any]:
-        """Set the scenario's learning mode on the server (admin): ``{scenario, mode, since, set_by}``."""
-        return self._call("PUT", f"/reef/scenarios/{self._scenario(scenario)}/mode", json={"mode": mode})[1]
+    def set_mode(self, scenario: str, mode: str, set_by: str | None = None) -> dict[str, Any]:
+        """Set the scenario's learning mode on the server (admin), recorded as set by ``set_by``
+        (the server's default: ``api``): ``{scenario, mode, since, set_by}``."""
+        body = {"mode": mode, **({"set_by": set_by} if set_by else {})}
+        return self._call("PUT", f"/reef/scenarios/{self._scenario(scenario)}/mode", json=body)[1]
 
     def scenario_names(self) -> list[str]:
         """Every scenario the token may see, by name (all pages)."""

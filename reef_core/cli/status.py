@@ -58,7 +58,7 @@ def mode(config_file: str | None, as_json: bool, url: str | None, token: str | N
     settings, _plugins, server = load_with_server(overrides, config_file, url, token)
     if server is not None:
         say_via(server, settings, scenario)
-        info = server.set_mode(scenario, new) if new else server.mode(scenario)
+        info = server.set_mode(scenario, new, _who()) if new else server.mode(scenario)
     else:
         from ..grow.modes import ScenarioModes
         from ..served_config import check_given

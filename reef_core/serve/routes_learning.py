@@ -63,6 +63,8 @@ class ModeIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     mode: LearningMode
+    #: who sets it, as ``set_by`` will say (``reef mode`` sends ``cli:<user>``); default ``api``
+    set_by: str | None = Field(None, min_length=1, max_length=100, pattern=r"^[^\x00-\x1f\x7f]+$")
 
 
 def _learning(request: Request):
@@ -216,7 +218,7 @@ async def put_mode(scenario: str, body: ModeIn, request: Request,
 
     def write() -> dict[str, Any]:
         _known(request, scenario)
-        return loop.set_mode(scenario, body.mode, by="api")
+        return loop.set_mode(scenario, body.mode, by=body.set_by or "api")
 
     return await run_in_threadpool(write)
 

@@ -4,6 +4,7 @@ restarts; the HTTP API, the CLI (local and against a running server) and scenari
 from __future__ import annotations
 
 import asyncio
+import getpass
 import json
 
 import pytest
@@ -150,6 +151,18 @@ def test_a_set_mode_survives_restarts_and_wins_over_the_config(tmp_path):
             assert server.reef.learning.status("default")["mode"] == "paused"
 
 
+def test_a_client_names_who_sets_the_mode_within_bounds(tmp_path):
+    with FakeUpstream("openai", capital_model) as up:
+        with ReefServer(tmp_path, settings=settings_for(tmp_path, up, _config())) as server:
+            client = server.client()
+            put = client.put("/reef/scenarios/default/mode", json={"mode": "paused", "set_by": "cli:alice"})
+            assert put.status_code == 200 and put.json()["set_by"] == "cli:alice"
+            for bad in ("", "x" * 101, "cli:\nforged", "tab\there"):
+                refused = client.put("/reef/scenarios/default/mode", json={"mode": "auto", "set_by": bad})
+                assert refused.status_code == 422, bad
+            assert client.get("/reef/scenarios/default/mode").json()["set_by"] == "cli:alice"
+
+
 def test_a_config_leaving_record_only_across_a_restart_starts_the_pool_then(tmp_path):
     plugins = get_plugins()
     recording = settings_for(tmp_path, Down, _config("record_only", loop_enabled=False))
@@ -222,7 +235,9 @@ def test_reef_mode_and_status_against_a_running_server(tmp_path):
         with ReefServer(tmp_path, settings=settings, token=ADMIN) as server:
             set_ = _cli(tmp_path, "mode", "default", "manual", url=server.url)
             assert set_.exit_code == 0, set_.output
-            assert "default: manual since" in set_.output and "set by api" in set_.output
+            # set from the CLI, so it says so (it said "set by api": the route's label for any client)
+            assert "default: manual since" in set_.output and f"set by cli:{getpass.getuser()}" in set_.output
+            assert server.client().get("/reef/scenarios/default/mode").json()["set_by"] == f"cli:{getpass.getuser()}"
             assert server.reef.learning.mode("default") == "manual"
             _, _ = _ask_and_report(server.client())
             assert server.client().post("/reef/scenarios/default/grow").json()["outcome"] == "published"
