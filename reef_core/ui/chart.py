@@ -29,6 +29,11 @@ NO_RELEASE = "no release"
 
 WIDTH, HEIGHT = 860, 320
 LEFT, RIGHT, TOP, BOTTOM = 56, 20, 24, 44
+#: release labels above the plot: an 11px label's width per character (generous, so that two
+#: labels estimated apart never touch), the gap kept between two labels on one row, the height of
+#: a row, and the rows stacked at most (a label that fits on none is left out; its line's
+#: tooltip and the table under the chart still name it)
+LABEL_CHAR_W, LABEL_GAP, LABEL_ROW_H, LABEL_ROWS = 7.0, 6.0, 13, 3
 
 
 def _utc(value: datetime) -> datetime:
@@ -149,25 +154,68 @@ def svg(curve: Curve) -> dict[str, Any]:
     def x(at: datetime) -> float:
         return round(LEFT + plot_w * (at - t0).total_seconds() / span, 2)
 
+    labels = place_labels([x(m.at) for m in curve.marks], [mark_text(m) for m in curve.marks])
+    # the rows of labels sit above the plot: each row past the first makes the chart that much taller
+    extra = LABEL_ROW_H * (max((lb["row"] for lb in labels if lb["row"] is not None), default=0))
+    top, height = TOP + extra, HEIGHT + extra
+
     def y(value: float) -> float:
-        return round(TOP + plot_h * (1 - (value - lo) / (hi - lo)), 2)
+        return round(top + plot_h * (1 - (value - lo) / (hi - lo)), 2)
 
     ticks = [lo + (hi - lo) * i / 4 for i in range(5)]
     return {
-        "width": WIDTH, "height": HEIGHT, "left": LEFT, "right": WIDTH - RIGHT, "top": TOP,
-        "bottom": HEIGHT - BOTTOM,
+        "width": WIDTH, "height": height, "left": LEFT, "right": WIDTH - RIGHT, "top": top,
+        "bottom": height - BOTTOM,
         "yticks": [{"y": y(v), "label": f"{v:.2f}"} for v in ticks],
         "xticks": _xticks(t0, t1, x, stamp),
         "releases": [{"x1": x(p.first), "x2": max(x(p.last), x(p.first) + 4), "cx": x(p.first + (p.last - p.first) / 2),
                       "y": y(p.mean), "point": p} for p in curve.per_release],
         # a window starts at or before its first report: drawn from where the axis starts
         "windows": [{"x": x(max(w.start, t0)), "y": y(w.mean), "point": w} for w in curve.windows],
-        # a label near the right edge is written leftwards of its line
-        "marks": [{"x": x(m.at), "mark": m, "anchor": "end" if x(m.at) > WIDTH - RIGHT - 80 else "start",
-                   "label_x": x(m.at) - 3 if x(m.at) > WIDTH - RIGHT - 80 else x(m.at) + 3,
+        "marks": [{"x": x(m.at), "mark": m, "text": mark_text(m), "anchor": lb["anchor"], "label_x": lb["x"],
+                   "label_y": None if lb["row"] is None else top - 6 - LABEL_ROW_H * lb["row"],
                    "cand_y": y(m.candidate_mean) if m.candidate_mean is not None else None,
-                   "cur_y": y(m.current_mean) if m.current_mean is not None else None} for m in curve.marks],
+                   "cur_y": y(m.current_mean) if m.current_mean is not None else None}
+                  for m, lb in zip(curve.marks, labels)],
     }
+
+
+def mark_text(mark: Mark) -> str:
+    """A release mark's label: ``#3``, ``#4 rollback``."""
+    return f"{mark.label} rollback" if mark.operation == "rollback" else mark.label
+
+
+def label_extent(x: float, anchor: str, text: str) -> tuple[float, float]:
+    """Where a label written at ``x`` with ``anchor`` spans, at most (``LABEL_CHAR_W``)."""
+    width = LABEL_CHAR_W * len(text)
+    return (x, x + width) if anchor == "start" else (x - width, x)
+
+
+def place_labels(xs: list[float], texts: list[str]) -> list[dict[str, Any]]:
+    """Each mark's label, ``{"anchor", "x", "row"}``, so that no two labels overlap: written
+    rightwards of its line (leftwards when it would leave the chart), on the lowest row where it
+    clears the labels already there, by ``LABEL_GAP``; ``row`` None when none of ``LABEL_ROWS``
+    has room. Releases published close together ("#2 rollback" and "#3 rollback" a minute apart
+    on a chart of days) so stack instead of printing over each other."""
+    placed: list[dict[str, Any]] = [{} for _ in xs]
+    row_ends: list[float] = []  # the right end of the last label placed on each row
+    for i in sorted(range(len(xs)), key=lambda i: xs[i]):
+        text = texts[i]
+        sides = [{"anchor": "start", "x": xs[i] + 3}, {"anchor": "end", "x": xs[i] - 3}]
+        # on the chart: rightwards unless it would run off the right edge (then leftwards)
+        sides = [o for o in sides if 0 <= label_extent(o["x"], o["anchor"], text)[0]
+                 and label_extent(o["x"], o["anchor"], text)[1] <= WIDTH] or sides[1:]
+        placed[i] = {**sides[0], "row": None}
+        for row in range(LABEL_ROWS):
+            free = row_ends[row] + LABEL_GAP if row < len(row_ends) else float("-inf")
+            side = next((o for o in sides if label_extent(o["x"], o["anchor"], text)[0] >= free), None)
+            if side is None:
+                continue
+            placed[i] = {**side, "row": row}
+            right = label_extent(side["x"], side["anchor"], text)[1]
+            row_ends[row:row + 1] = [right]
+            break
+    return placed
 
 
 def _xticks(t0: datetime, t1: datetime, x: Any, stamp: str) -> list[dict[str, Any]]:

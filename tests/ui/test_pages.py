@@ -11,6 +11,7 @@ from bs4 import BeautifulSoup
 
 import reef_core.ui
 from reef_core.testing import FakeUpstream, ReefServer
+from reef_core.ui import chart
 
 from .conftest import ADMIN, GOOD_RULE, READER, Browser, LearningRun
 
@@ -130,6 +131,15 @@ def test_chart_points_are_the_apis_numbers(learning_run, admin):
     marks = {g["data-release"]: g["data-operation"] for g in page.select("#learning-curve g.mark")}
     assert marks == {r["release_id"]: r["operation"] for r in chain}
     assert marks[learning_run.releases[2]] == "rollback"
+    # the releases of this run came seconds apart: their labels are drawn stacked, none on another
+    labels = [(float(t["x"]), float(t["y"]), t["text-anchor"], t.get_text())
+              for t in page.select("#learning-curve g.mark text")]
+    assert labels and len({(x, y) for x, y, _, _ in labels}) == len(labels)
+    for i, (x, y, anchor, text) in enumerate(labels):
+        left, right = chart.label_extent(x, anchor, text)
+        for other_x, other_y, other_anchor, other_text in labels[i + 1:]:
+            other_left, other_right = chart.label_extent(other_x, other_anchor, other_text)
+            assert y != other_y or right <= other_left or other_right <= left, (text, other_text)
     for release in chain:
         ev = release["evaluation"] or {}
         shown = page.select_one(f'#learning-curve rect.eval.candidate[data-release="{release["release_id"]}"]')
