@@ -110,8 +110,10 @@ def test_progress_off_a_terminal_is_plain_lines_one_per_phase_round_and_decided_
         rejected = {"id": "cand_2", "status": "rejected", "created_at": "2026-01-01T00:00:02",
                     "reason": "gate: 0.25 < 0.5", "summary": "add 1 rule(s): shout"}
         skipped = {"id": "cand_3", "status": "skipped", "created_at": "2026-01-01T00:00:03"}
-        progress.observe({"state": "idle"}, [rejected, published, skipped])
-        progress.observe({"state": "idle"}, [rejected, published, skipped])  # each candidate is told once
+        undecided = {"id": "cand_4", "status": "undecided", "created_at": "2026-01-01T00:00:04",
+                     "reason": "no decision within 96 episodes"}
+        progress.observe({"state": "idle"}, [rejected, published, skipped, undecided])
+        progress.observe({"state": "idle"}, [rejected, published, skipped, undecided])  # each is told once
         progress.phase("learning settles")
     assert stream.getvalue().splitlines() == [
         "[    0s] starting reef serve (1) …",
@@ -119,9 +121,10 @@ def test_progress_off_a_terminal_is_plain_lines_one_per_phase_round_and_decided_
         "[   12s] round 1/2: 2 answers graded and reported, mean score 0.50",
         "[   12s] candidate cand_1 published as rel_1: add 1 rule(s): be brief",
         "[   12s] candidate cand_2 rejected: gate: 0.25 < 0.5",
+        "[   12s] candidate cand_4 undecided: no decision within 96 episodes",
         "[   12s] learning settles …",
     ]
-    assert progress.counts == {"published": 1, "rejected": 1, "skipped": 1}
+    assert progress.counts == {"published": 1, "rejected": 1, "skipped": 1, "undecided": 1}
     assert "\x1b" not in stream.getvalue()  # no terminal control codes in a log
 
 

@@ -104,14 +104,15 @@ class LiveProgress(DemoProgress):
             style = "green" if t.score >= 1.0 else "red"
             table.add_row(t.user, t.question, _short(t.answer, 90), f"[{style}]{t.score:.0f}[/{style}]")
         loop = (f"loop: {self.loop.get('state', '?')}, {self.loop.get('eligible', 0)} report(s) eligible; "
-                f"candidates: {self.counts.get('published', 0)} published, {self.counts.get('rejected', 0)} rejected; "
+                f"candidates: {self.counts.get('published', 0)} published, {self.counts.get('rejected', 0)} rejected, "
+                f"{self.counts.get('undecided', 0)} undecided; "
                 f"serving: {self.loop.get('serving_release_id') or 'base (no release yet)'}")
         return Group(self.progress, table, loop)
 
 
 class LineProgress(DemoProgress):
     """The view for a pipe or a log: one flushed line per phase, per round of traffic and per
-    candidate published or rejected, each with the seconds since the demo started."""
+    candidate published, rejected or left undecided, each with the seconds since the demo started."""
 
     def __init__(self, stream: TextIO, clock: Any = time.monotonic):
         super().__init__()
@@ -138,14 +139,14 @@ class LineProgress(DemoProgress):
     def observe(self, loop: dict[str, Any], candidates: list[dict[str, Any]]) -> None:
         super().observe(loop, candidates)
         for c in sorted(candidates, key=lambda c: c.get("created_at") or ""):
-            if c["status"] not in ("published", "rejected") or c["id"] in self.decided:
+            if c["status"] not in ("published", "rejected", "undecided") or c["id"] in self.decided:
                 continue
             self.decided.add(c["id"])
             if c["status"] == "published":
                 what = f"published as {c.get('release_id') or '?'}"
                 detail = c.get("summary")
-            else:
-                what, detail = "rejected", c.get("reason") or c.get("summary")
+            else:  # rejected, or undecided: the gate's evidence decided neither way within its cap
+                what, detail = c["status"], c.get("reason") or c.get("summary")
             self.line(f"candidate {c['id']} {what}" + (f": {_short(detail, 160)}" if detail else ""))
 
 
