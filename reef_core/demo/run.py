@@ -51,7 +51,7 @@ class Plan:
     @classmethod
     def choose(cls, quick: bool, users: int | None) -> Plan:
         if quick:
-            return cls(users=users or 3, rounds=4, heldout=8, gate=8, settle_timeout_s=240.0)
+            return cls(users=users or 3, rounds=4, heldout=8, gate=12, settle_timeout_s=240.0)
         return cls(users=users or 4, rounds=8, heldout=16, gate=12, settle_timeout_s=300.0)
 
 

@@ -38,7 +38,9 @@ def test_the_gate_needs_held_out_tasks(tmp_path):
 
 
 def test_a_runtime_without_token_capture_is_refused_at_start(tmp_path):
-    line = _one_error_line(_reef(tmp_path, "serve", "recipe=sao", "+evaluator.tasks=[{prompt: hi, expected: hi}]",
+    # six tasks: a smaller suite adds its own start-up warning (it could never select), not this test's subject
+    tasks = ", ".join(f"{{prompt: hi{i}, expected: hi}}" for i in range(6))
+    line = _one_error_line(_reef(tmp_path, "serve", "recipe=sao", f"+evaluator.tasks=[{tasks}]",
                                  "runtime.upstream_url=http://127.0.0.1:9", "server.port=0",
                                  f"server.state_dir={tmp_path / 'state'}"))
     assert "recipe 'sao'" in line and "runtime=upstream" in line
