@@ -259,6 +259,10 @@ class Recipe(ABC):
     #: runtime should record for this scenario's traffic (``InferenceCall.top_logprobs``); 0, the
     #: default, records none, and serving does no extra work
     top_logprobs: int = 0
+    #: whether the recipe trains a learner lineage (``reef_core.commit.lineage``): each step
+    #: advances it whatever the gate decides, so the experience of a candidate that is not
+    #: published stays consumed (it trained the lineage) instead of returning to the pool
+    keeps_lineage: bool = False
 
     @abstractmethod
     def propose(self, batch: Batch, current: ActiveRelease | None, ctx: RecipeContext) -> Candidate | None:

@@ -33,6 +33,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from ..commit.lineage import lineage_of
 from ..store import LEASE_CHANNEL, CandidateRow
 
 log = logging.getLogger("reef.grow")
@@ -165,7 +166,7 @@ def settle_orphans(store: Any, rows: Iterable[CandidateRow], max_attempts: int) 
     their scenario's lease with a newer token) once the chain was caught up
     (``settle_ended_steps``). Published ones (recorded, but their process died before marking
     them) are marked so; the others become errors and their experience returns to the pool
-    under the return rule. The ids settled as interrupted."""
+    under the return rule (not a learner lineage's snapshot's: the lineage trained on it). The ids settled as interrupted."""
     rows = list(rows)
     published = store.releases_of_candidates(row.id for row in rows)
     interrupted = []
@@ -173,8 +174,10 @@ def settle_orphans(store: Any, rows: Iterable[CandidateRow], max_attempts: int) 
         if row.id in published:
             store.update_candidate(row.id, status="published", release_id=published[row.id])
             continue
+        # a snapshot of a learner lineage: the lineage trained on the batch already, for good
+        trained = lineage_of((row.artifact or {}).get("metadata")) is not None
         store.update_candidate(row.id, status="error", decision=row.decision or "error", reason=INTERRUPTED_REASON,
-                               return_experience=max_attempts)
+                               return_experience=None if trained else max_attempts)
         interrupted.append(row.id)
     return interrupted
 

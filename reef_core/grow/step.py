@@ -10,9 +10,11 @@
    stays consumed (it taught nothing and must not re-trigger forever).
 4. Commit: the gate evaluates fail-closed; its verdict, the evaluation's episodes and — for a
    rejected, undecided or errored candidate — the return of its experience to the pool are
-   one transaction. A selected candidate is published with the base release as expected head
-   (compare-and-swap) and activated in serving; an undecided one (the gate's evidence, up to
-   its cap, decided neither way) is not published, like a rejected one, and says so.
+   one transaction. A recipe that keeps a learner lineage (``Recipe.keeps_lineage``) trained its
+   lineage on the batch whatever the verdict, so its experience stays consumed instead. A
+   selected candidate is published with the base release as expected head (compare-and-swap)
+   and activated in serving; an undecided one (the gate's evidence, up to its cap, decided
+   neither way) is not published, like a rejected one, and says so.
 
 Across processes, a step runs only while its process holds the scenario's growth lease
 (``reef_core.grow.lease``): the candidate records the lease's fencing token, and the publish
@@ -63,6 +65,7 @@ from typing import TYPE_CHECKING, Any
 from ..commit.chain import stage_candidate
 from ..commit.faults import fault_point
 from ..commit.gate import run_gate
+from ..commit.lineage import note_published
 from ..errors import ConflictError, PublishConflict, ReefError
 from ..observe import Batch, eligible
 from ..observe.eligibility import pool_rule
@@ -195,7 +198,7 @@ async def _step(reef: Reef, plan: ScenarioPlan, trigger: str, progress: Any, res
         evaluation, decision = await _evaluate(reef, plan, candidate, head, current, row, progress, result)
         if decision.outcome == "select":
             fault_point("selected")
-            await _publish(reef, candidate, head, evaluation, decision, result, lease)
+            await _publish(reef, plan, candidate, head, evaluation, decision, result, lease)
     except Exception as exc:  # whatever broke, the candidate says so and nothing is published
         reason = f"growth step failed: {type(exc).__name__}: {exc}"
         log.exception("%s: %s", scenario, reason)
@@ -205,7 +208,7 @@ async def _step(reef: Reef, plan: ScenarioPlan, trigger: str, progress: Any, res
             # here cannot retry it forever
             row.status, row.reason, row.decision = "error", reason, "error"
             await asyncio.to_thread(store.update_candidate, cid, status="error", reason=reason, decision="error",
-                                    return_experience=reef.settings.loop.max_attempts)
+                                    return_experience=returned_unless_trained(reef, plan))
             result.outcome, result.reason = "error", reason
         elif row.status == "proposed":
             # nothing was proposed yet: the experience trained nothing and may train again
@@ -268,12 +271,9 @@ async def _evaluate(reef: Reef, plan: ScenarioPlan, candidate: Candidate, head: 
                                                        current, ectx, plan.eval_timeout_s)
     result.evaluation = {**evaluation.to_dict(), "decision": decision.outcome, "reason": decision.reason}
     status = STATUS[decision.outcome]
-    # one transaction: the verdict, every episode, and (not selected) the experience's return.
-    # lineage: an undecided (or rejected) candidate's experience returns to the pool under the
-    # retry rules, as a rejected one's always did; once a learner lineage keeps training through
-    # rejections (issue 26, section 1), what it already learnt from this batch stays in the
-    # lineage, and this return is where that changes (the batch is then spent, not retried).
-    returned = None if decision.outcome == "select" else reef.settings.loop.max_attempts
+    # one transaction: the verdict, every episode, and (not selected) the experience's return —
+    # unless the recipe's lineage already trained on it (then the batch is spent, not retried)
+    returned = None if decision.outcome == "select" else returned_unless_trained(reef, plan)
     await asyncio.to_thread(reef.store.update_candidate, row.id, evaluation=evaluation.to_dict(),
                             decision=decision.outcome, reason=decision.reason, status=status,
                             episodes=list(evaluation.episodes or ()), return_experience=returned)
@@ -286,8 +286,10 @@ async def _evaluate(reef: Reef, plan: ScenarioPlan, candidate: Candidate, head: 
     return evaluation, decision
 
 
-async def _publish(reef: Reef, candidate: Candidate, head: Any, evaluation: Evaluation,
+async def _publish(reef: Reef, plan: ScenarioPlan, candidate: Candidate, head: Any, evaluation: Evaluation,
                    decision: Decision, result: StepResult, lease: Holding | None) -> None:
+    returned = returned_unless_trained(reef, plan)
+
     def publish() -> Any:
         def cas() -> Any:
             fault_point("fenced")
@@ -306,7 +308,7 @@ async def _publish(reef: Reef, candidate: Candidate, head: Any, evaluation: Eval
         # the lease now may have settled this candidate already (returning is idempotent)
         log.warning("%s: candidate %s fenced: %s", candidate.scenario, candidate.id, exc)
         await asyncio.to_thread(reef.store.update_candidate, candidate.id, status="fenced", reason=str(exc),
-                                return_experience=reef.settings.loop.max_attempts)
+                                return_experience=returned)
         result.outcome, result.reason = "fenced", str(exc)
         return
     except PublishConflict as exc:
@@ -314,7 +316,7 @@ async def _publish(reef: Reef, candidate: Candidate, head: Any, evaluation: Eval
         # back in the pool at once, as the head moved; the chain is caught up so that the next
         # step builds on the new head
         await asyncio.to_thread(reef.store.update_candidate, candidate.id, status="conflict", reason=str(exc),
-                                return_experience=reef.settings.loop.max_attempts)
+                                return_experience=returned)
         result.outcome, result.reason = "conflict", str(exc)
         try:
             await asyncio.to_thread(reef.releases.chain.catch_up, candidate.scenario)
@@ -326,7 +328,7 @@ async def _publish(reef: Reef, candidate: Candidate, head: Any, evaluation: Eval
         reason = f"publishing failed: {type(exc).__name__}: {exc}"
         log.exception("%s: %s", candidate.scenario, reason)
         result.outcome, result.reason = "error", reason
-        if await _settle_failed_publish(reef, candidate.id, candidate.scenario, reason):
+        if await _settle_failed_publish(reef, candidate.id, candidate.scenario, reason, returned):
             result.reason += "; the release reached the chain all the same and is recorded"
         return
     result.release_id = stored.release_id
@@ -338,9 +340,19 @@ async def _publish(reef: Reef, candidate: Candidate, head: Any, evaluation: Eval
         result.outcome, result.reason = "error", reason
         return
     result.outcome, result.reason = "published", decision.reason
+    if plan.recipe.keeps_lineage:  # the lineage continues from the snapshot that now serves
+        await asyncio.to_thread(note_published, reef.state_dir, candidate, stored.release_id)
 
 
-async def _settle_failed_publish(reef: Reef, cid: str, scenario: str, reason: str) -> bool:
+def returned_unless_trained(reef: Reef, plan: ScenarioPlan) -> int | None:
+    """The return rule for the experience of a candidate that is not published (rejected,
+    undecided, errored, fenced, in conflict): back to the pool under ``loop.max_attempts``,
+    unless the recipe keeps a lineage, whose step trained on it for good (None: it stays
+    consumed, so no report trains the lineage twice)."""
+    return None if plan.recipe.keeps_lineage else reef.settings.loop.max_attempts
+
+
+async def _settle_failed_publish(reef: Reef, cid: str, scenario: str, reason: str, returned: int | None) -> bool:
     """Settle a selected candidate whose publish raised. The store may have moved its head all
     the same (a push whose answer was lost), so the chain decides, caught up first: published
     when its release is there (``record`` marked it), else an error whose experience returns
@@ -357,7 +369,7 @@ async def _settle_failed_publish(reef: Reef, cid: str, scenario: str, reason: st
     if row is not None and row.status == "published":
         return True
     await asyncio.to_thread(reef.store.update_candidate, cid, status="error", reason=reason,
-                            return_experience=reef.settings.loop.max_attempts)
+                            return_experience=returned)
     return False
 
 

@@ -2,9 +2,10 @@
 
 Each eligible report with a finite score and exactly one reference is one rollout: the
 record's prompt and response token ids and its sampling logprobs (with their temperature)
-are what the step trains on. ``batch_size`` of them make one optimizer step, and each step
-that updates the policy is one candidate (``adapter/`` plus ``learner/``), gated by
-``task_suite`` on held-out tasks. The training itself is ``reef_train``'s learner running
+are what the step trains on. ``batch_size`` of them make one optimizer step. Every step trains
+the scenario's learner lineage (``reef_core.commit.lineage``) and advances it, published or
+not; a step that moves the policy proposes a snapshot of the new head (``adapter/`` plus
+``learner/``) as a candidate, gated by ``task_suite`` on held-out tasks. The training itself is ``reef_train``'s learner running
 ``SAOAlgorithm`` (``algorithm.py``: SAO's advantages and loss), on the trainer backend the
 ``trainer`` option names (in process, or one Ray task). See docs/recipes/sao.md for the
 algorithm and every option.
@@ -13,15 +14,16 @@ algorithm and every option.
 from __future__ import annotations
 
 import math
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
 from reef_core import ActiveRelease, Batch, Candidate, Experience, Recipe, RecipeContext, require_trainable
+from reef_core.commit.artifacts import content_hash
+from reef_core.commit.lineage import LineageHead, Lineages
 from reef_train import LoraOptions, StepPayload, read_learner_state, run_steps
 from reef_train.backend import TrainerError, make_trainer
-from reef_train.checkpoint import LEARNER_DIR
+from reef_train.checkpoint import ADAPTER_DIR, LEARNER_DIR
 
 from .algorithm import Rollout, SAOAlgorithm
 
@@ -34,6 +36,7 @@ class SAORecipe(Recipe):
 
     update_target = "adapter"
     default_evaluator = "task_suite"
+    keeps_lineage = True
 
     def __init__(
         self,
@@ -109,9 +112,9 @@ class SAORecipe(Recipe):
             critic_steps_per_actor=int(critic_steps_per_actor), num_critic_only_steps=int(num_critic_only_steps),
             eps_clip_low=float(eps_clip_low), eps_clip_high=float(eps_clip_high), lambda_alpha=float(lambda_alpha),
             gamma=float(gamma))
-        # Warm-up state (critic-only steps change no policy, so no candidate carries them) sits
-        # on top of the serving release it extends, under the state directory.
-        self.warmup_root = Path(state_dir) / "sao" if state_dir is not None else Path(tempfile.mkdtemp(prefix="reef-sao-"))
+        #: the learner lineage of each scenario (``reef_core.commit.lineage``): every step trains
+        #: on its head and advances it, published or not (warm-up steps too)
+        self.lineages = Lineages(Path(state_dir) if state_dir is not None else Path(tempfile.mkdtemp(prefix="reef-sao-")))
 
     @property
     def filters(self) -> list[Any]:
@@ -126,43 +129,53 @@ class SAORecipe(Recipe):
             return None
         runtime = require_trainable(ctx.runtime, ctx.recipe)
         base = runtime.base_model()
-        learner_dir, source = self.learner_source(batch.scenario, current)
+        head = self.lineage_head(batch.scenario, current, ctx)
+        adapter, learner_dir, source = self.learner_source(head, current, runtime)
+        before = read_learner_state(learner_dir, "sao") if learner_dir is not None else None
         chunks = self.steps_of(rollouts)
         artifact = ctx.new_artifact()
         with ctx.progress.task(f"sao ({self.mode}): {len(chunks)} step(s), {len(rollouts)} rollouts "
                                f"({self.trainer.options.backend})", total=1) as bar:
             # a TrainerError (the step failed or was lost on Ray) propagates: the candidate fails
-            # with its sentence, nothing is published
+            # with its sentence, nothing is published and the lineage does not move
             result = run_steps(self.trainer, StepPayload(self.algorithm, self.lora, chunks), base=base,
-                               adapter=runtime.adapter_of(current), state=learner_dir, output=artifact)
+                               adapter=adapter, state=learner_dir, output=artifact)
             bar.advance()
         steps, state = result["steps"], result["counters"]
-        metrics = dict(steps[-1])  # the last step's losses and norms, the counts over every step
-        metrics["actor_updated"] = any(m.get("actor_updated") for m in steps)
-        for key in {k for m in steps for k in m if k == "rollouts_used" or k.startswith("rollouts_dropped")}:
-            metrics[key] = sum(m.get(key, 0) for m in steps)
-        metrics["optimizer_steps"] = len(steps)
-        if len(steps) > 1:
-            metrics["steps_detail"] = steps
+        metrics = step_metrics(steps)
         metrics.update({f"rollouts_dropped_{k}": v for k, v in dropped.items()})
         metrics["rollouts_dropped"] = sum(dropped.values()) + metrics.get("rollouts_dropped_ungrouped", 0)
         ctx.log.info("sao step %d: %s", metrics["step"], _counts({k: v for k, v in metrics.items()
                                                                   if isinstance(v, (int, float))}))
-        key = self.warmup_dir(batch.scenario, current)
-        if not metrics.get("actor_updated"):
-            if metrics.get("rollouts_used", 0):
-                # critic only: the policy is unchanged, so there is nothing to gate; keep the
-                # critic on top of the serving release for the next step
-                self.store_warmup(artifact / LEARNER_DIR, key)
+        moved = any(m.get("actor_updated") and m.get("actor_grad_norm", 0.0) > 0 for m in steps)
+        warmed = any(not m.get("actor_updated") and m.get("rollouts_used", 0) for m in steps)
+        if not (moved or warmed):
+            # nothing to learn from (e.g. no reward: the actor's gradient is zero): the lineage
+            # stays where it is and there is nothing to gate
+            ctx.log.info("sao: the batch taught nothing (actor gradient 0, no warm-up step): no lineage step, "
+                         "no candidate")
+            return None
+        trained = state["steps"] - (before.counters["steps"] if before is not None else 0)
+        new = self.lineages.advance(
+            batch.scenario, artifact, expected=head.id if head else None, steps=max(trained, 1),
+            meta={"recipe": ctx.recipe, "mode": self.mode, "serving": current.release_id if current else None,
+                  "artifact_hash": content_hash(artifact), "counters": dict(state), "from": source,
+                  "reward_mean": metrics.get("reward_mean"), "policy_lag_max": metrics.get("policy_lag_max")})
+        if not moved:
+            # critic only (warm-up): the policy is unchanged, so there is nothing to gate; the
+            # lineage keeps the critic, so warm-up happens once per lineage
             return None
         return Candidate(
             scenario=batch.scenario, recipe=ctx.recipe, artifact_dir=artifact,
             base_release_id=current.release_id if current else None,
-            summary=(f"{self.mode} step {metrics['step']}: {metrics['rollouts_used']} rollout(s), "
-                     f"reward {metrics['reward_mean']:.3f}, clipfrac {metrics['pg_clipfrac']:.3f}"),
+            summary=(f"{self.mode} lineage step {new.step}: {metrics['rollouts_used']} rollout(s) in "
+                     f"{metrics['optimizer_steps']} optimizer step(s), reward {metrics['reward_mean']:.3f}, "
+                     f"clipfrac {metrics.get('pg_clipfrac', 0.0):.3f}"),
             metadata={"sao": {"mode": self.mode, "metrics": metrics, "learner_from": source,
                               "steps": state["steps"], "actor_steps": state["actor_steps"],
-                              "critic_steps": state["critic_steps"], "rollouts_used_total": state["rollouts_used"]}},
+                              "critic_steps": state["critic_steps"], "rollouts_used_total": state["rollouts_used"]},
+                      "lineage": {"head": new.id, "step": new.step, "steps_since_publish": new.to_dict()[
+                          "steps_since_publish"]}},
         )
 
     def steps_of(self, rollouts: list[Rollout]) -> list[list[Rollout]]:
@@ -213,32 +226,56 @@ class SAORecipe(Recipe):
 
     # ------------------------------------------------------------------ learner state
 
-    def warmup_dir(self, scenario: str, current: ActiveRelease | None) -> Path:
-        return self.warmup_root / _safe(scenario) / (_safe(current.release_id) if current else "_base") / LEARNER_DIR
+    def lineage_head(self, scenario: str, current: ActiveRelease | None, ctx: RecipeContext) -> LineageHead | None:
+        """The scenario's lineage head, checked against serving: it continues from the release
+        that served when it was written or from its own published snapshot; serving anything
+        else (a rollback, another server's release) resets it to the serving release."""
+        head = self.lineages.head(scenario)
+        if head is None or head.checkpoint is None:
+            return head
+        serving = current.release_id if current else None
+        if head.meta.get("serving") == serving:
+            return head
+        if current is not None and current.content_hash and current.content_hash == head.meta.get("artifact_hash"):
+            return self.lineages.note_published(scenario, head.id, current.release_id) or self.lineages.head(scenario)
+        reason = (f"serving moved to {serving or 'the base model'}, which is not this lineage's snapshot "
+                  f"(a rollback, or a release from another server)")
+        ctx.log.warning("sao: lineage of %r reset at step %d: %s", scenario, head.step, reason)
+        return self.lineages.reset(scenario, to_release=serving, reason=reason, expected=head.id)
 
-    def learner_source(self, scenario: str, current: ActiveRelease | None) -> tuple[Path | None, str]:
-        """Where the step's learner state comes from: warm-up progress on top of the serving
-        release, else the release's own ``learner/``, else nothing (a new critic)."""
-        pending = self.warmup_dir(scenario, current)
-        if read_learner_state(pending, "sao") is not None:
-            return pending, "warm-up on top of the serving release"
+    def learner_source(self, head: LineageHead | None, current: ActiveRelease | None,
+                       runtime: Any) -> tuple[Path | None, Path | None, str]:
+        """(adapter, learner state, where they come from) for the next step: the lineage head's
+        checkpoint, else the serving release's adapter and ``learner/``, else nothing (new)."""
+        if head is not None and head.checkpoint is not None and \
+                read_learner_state(head.checkpoint / LEARNER_DIR, "sao") is not None:
+            adapter = head.checkpoint / ADAPTER_DIR
+            return (adapter if adapter.is_dir() else None), head.checkpoint / LEARNER_DIR, f"lineage step {head.step}"
+        adapter = runtime.adapter_of(current)
         if current is not None and current.path is not None and \
                 read_learner_state(current.path / LEARNER_DIR, "sao") is not None:
-            return current.path / LEARNER_DIR, "the serving release"
-        return None, "new"
+            return adapter, current.path / LEARNER_DIR, "the serving release"
+        return adapter, None, "new"
 
-    def store_warmup(self, learner_dir: Path, key: Path) -> None:
-        """Keep the step's ``learner_dir`` as warm-up state for ``key``'s release, atomically;
-        drop other releases' warm-ups of the scenario (a published release carries its own state)."""
-        scenario_dir = key.parent.parent
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=_mkdir(scenario_dir)))
-        shutil.copytree(learner_dir, tmp / LEARNER_DIR)
-        if key.parent.exists():
-            shutil.rmtree(key.parent)
-        tmp.rename(key.parent)
-        for other in scenario_dir.iterdir():
-            if other != key.parent and not other.name.startswith(".tmp-"):
-                shutil.rmtree(other, ignore_errors=True)
+
+def step_metrics(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """One candidate's metrics over all its optimizer steps: the last step's losses and norms,
+    the counts summed, the reward averaged over every rollout trained on (not the last step's)."""
+    metrics = dict(steps[-1])
+    metrics["actor_updated"] = any(m.get("actor_updated") for m in steps)
+    for key in {k for m in steps for k in m if k == "rollouts_used" or k.startswith("rollouts_dropped")}:
+        metrics[key] = sum(m.get(key, 0) for m in steps)
+    rewarded = [(m["reward_mean"], m.get("rollouts_used", 0)) for m in steps if "reward_mean" in m]
+    if rewarded:
+        n = sum(w for _, w in rewarded)
+        metrics["reward_mean"] = sum(r * w for r, w in rewarded) / n if n else rewarded[-1][0]
+    actor = [m["pg_clipfrac"] for m in steps if "pg_clipfrac" in m]
+    if actor:
+        metrics["pg_clipfrac"] = sum(actor) / len(actor)
+    metrics["optimizer_steps"] = len(steps)
+    if len(steps) > 1:
+        metrics["steps_detail"] = steps
+    return metrics
 
 
 def record_temperature(rec: Any) -> float:
@@ -268,12 +305,3 @@ def releases_behind(ctx: Any, scenario: str, current: ActiveRelease | None):
 
 def _counts(values: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items()) or "-"
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_.@" else "_" for c in name)
-
-
-def _mkdir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path

@@ -4,6 +4,7 @@ the critic schedule, staleness, learner state carried by the release, the contra
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -11,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from reef_core import Batch
+from reef_core.commit.artifacts import content_hash
 from reef_core.testing import check_recipe
 from reef_recipe_sao import SAORecipe
 from reef_recipe_sao.testing import SCENARIO, context, experience, record, release_of, sampled_batch
@@ -58,8 +60,10 @@ def test_the_contract_kit_passes(tmp_path, trainable_runtime, batch):
                                  context=lambda scratch, current: context(scratch, current, trainable_runtime))
     assert (first.artifact_dir / "adapter" / "adapter_config.json").is_file()
     assert counters(first.artifact_dir / "learner")["steps"] == 1
-    assert second.metadata["sao"]["learner_from"] == "the serving release"
+    # the kit served the first candidate: the lineage recognises its own snapshot and goes on
+    assert second.metadata["sao"]["learner_from"] == "lineage step 1"
     assert counters(second.artifact_dir / "learner")["steps"] == 2
+    assert recipe.lineages.head(SCENARIO).published_release == "rel_kit_1"
 
 
 def test_declares_scored_single_reference_and_freshness_filters():
@@ -169,17 +173,95 @@ def test_k_critic_updates_before_each_actor_update(tiny_model_dir, batch):
     assert (learner.counters["critic_steps"], learner.counters["actor_steps"], learner.counters["steps"]) == (9, 2, 3)
 
 
-def test_warm_up_state_waits_on_top_of_the_serving_release(tmp_path, trainable_runtime, batch):
+def test_warm_up_happens_once_per_lineage(tmp_path, trainable_runtime, batch):
     recipe = SAORecipe(batch_size=4, num_critic_only_steps=1, state_dir=tmp_path / "state")
     assert recipe.propose(batch, None, context(tmp_path, None, trainable_runtime, "s1")) is None   # critic only
-    pending = recipe.warmup_dir(SCENARIO, None)
-    assert counters(pending)["steps"] == 1
+    head = recipe.lineages.head(SCENARIO)
+    assert head.step == 1 and counters(head.checkpoint / "learner")["steps"] == 1
     cand = recipe.propose(batch, None, context(tmp_path, None, trainable_runtime, "s2"))
-    assert cand.metadata["sao"]["learner_from"] == "warm-up on top of the serving release"
+    assert cand.metadata["sao"]["learner_from"] == "lineage step 1"
     assert cand.metadata["sao"]["steps"] == 2 and cand.metadata["sao"]["actor_steps"] == 1
+    # not published: the next candidate still starts from the lineage, never warms up again
+    again = recipe.propose(batch, None, context(tmp_path, None, trainable_runtime, "s3"))
+    assert again.metadata["sao"]["learner_from"] == "lineage step 2"
+    assert (again.metadata["sao"]["steps"], again.metadata["sao"]["actor_steps"]) == (3, 2)
+    assert again.metadata["lineage"]["step"] == 3
 
 
-def test_a_restart_resumes_the_critic_from_the_serving_release(tmp_path, trainable_runtime, batch):
+def _adapter(artifact) -> dict[str, torch.Tensor]:
+    return load_file(str(next((artifact / "adapter").glob("*.safetensors"))))
+
+
+def _distance(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    return sum(float((a[k].float() - b[k].float()).norm()) for k in a)
+
+
+def test_a_rejected_candidates_training_continues_on_the_lineage(tmp_path, trainable_runtime, batch):
+    recipe = SAORecipe(batch_size=4, num_critic_only_steps=0, max_staleness=1, lr=0.01, state_dir=tmp_path / "state")
+    first = recipe.propose(batch, None, context(tmp_path, None, trainable_runtime, "s1"))
+    shutil.copytree(first.artifact_dir, tmp_path / "rel1")
+    # the first candidate was published
+    serving = replace(release_of(tmp_path / "rel1", "rel1"), content_hash=content_hash(tmp_path / "rel1"))
+    # the same batch, retried twice against the same serving release, both rejected
+    second = recipe.propose(batch, serving, context(tmp_path, serving, trainable_runtime, "s2"))
+    third = recipe.propose(batch, serving, context(tmp_path, serving, trainable_runtime, "s3"))
+    assert (second.metadata["sao"]["learner_from"], third.metadata["sao"]["learner_from"]) == \
+        ("lineage step 1", "lineage step 2")
+    assert content_hash(second.artifact_dir) != content_hash(third.artifact_dir)   # never the same artifact twice
+    served, a2, a3 = _adapter(tmp_path / "rel1"), _adapter(second.artifact_dir), _adapter(third.artifact_dir)
+    assert _distance(a3, served) > _distance(a2, served) > 0     # two steps away from serving, not one
+    assert counters(third.artifact_dir / "learner")["steps"] == 3
+    assert third.metadata["lineage"]["steps_since_publish"] == 2
+
+
+def test_a_restart_continues_the_lineage(tmp_path, trainable_runtime, batch):
+    first = SAORecipe(batch_size=4, num_critic_only_steps=0, state_dir=tmp_path / "state").propose(
+        batch, None, context(tmp_path, None, trainable_runtime, "s1"))
+    # a new process on the same state directory: a new recipe object
+    again = SAORecipe(batch_size=4, num_critic_only_steps=0, state_dir=tmp_path / "state").propose(
+        batch, None, context(tmp_path, None, trainable_runtime, "s2"))
+    assert again.metadata["sao"]["learner_from"] == "lineage step 1"
+    assert counters(again.artifact_dir / "learner")["steps"] == counters(first.artifact_dir / "learner")["steps"] + 1
+
+
+def test_serving_that_moved_elsewhere_resets_the_lineage(tmp_path, trainable_runtime, batch):
+    recipe = SAORecipe(batch_size=4, num_critic_only_steps=0, max_staleness=1, state_dir=tmp_path / "state")
+    recipe.propose(batch, None, context(tmp_path, None, trainable_runtime, "s1"))
+    recipe.propose(batch, None, context(tmp_path, None, trainable_runtime, "s2"))
+    # another server published something else (or a rollback did): the lineage restarts from it
+    other = SAORecipe(batch_size=4, num_critic_only_steps=0, state_dir=tmp_path / "other").propose(
+        batch, None, context(tmp_path, None, trainable_runtime, "o1"))
+    shutil.copytree(other.artifact_dir, tmp_path / "relX")
+    serving = replace(release_of(tmp_path / "relX", "relX"), content_hash=content_hash(tmp_path / "relX"))
+    cand = recipe.propose(batch, serving, context(tmp_path, serving, trainable_runtime, "s3"))
+    assert cand.metadata["sao"]["learner_from"] == "the serving release"
+    head = recipe.lineages.head(SCENARIO)
+    assert head.last_reset["to_release"] == "relX" and "serving moved" in head.last_reset["reason"]
+    assert counters(cand.artifact_dir / "learner")["steps"] == 2    # relX's one step, then this one
+
+
+def test_a_batch_with_nothing_to_learn_advances_nothing(tmp_path, trainable_runtime, tiny_model_dir, prompts):
+    # no reward anywhere: the actor's gradient is zero (SAO: a fresh critic; grpo_dis: equal groups)
+    unrewarded = sampled_batch(tiny_model_dir, prompts, lambda r: 0.0, seed=3)
+    grouped = sampled_batch(tiny_model_dir, prompts[:2], lambda r: 0.0, seed=4, num_samples=2)
+    for recipe, b in ((SAORecipe(batch_size=4, num_critic_only_steps=0, state_dir=tmp_path / "sao"), unrewarded),
+                      (SAORecipe(mode="grpo_dis", n_samples_per_prompt=2, batch_size=4, state_dir=tmp_path / "grpo"),
+                       grouped)):
+        assert recipe.propose(b, None, context(tmp_path, None, trainable_runtime, recipe.mode)) is None
+        assert recipe.lineages.head(SCENARIO) is None
+
+
+def test_the_summary_reports_the_reward_of_every_step(tmp_path, trainable_runtime, tiny_model_dir, prompts):
+    rewarded = list(sampled_batch(tiny_model_dir, prompts, lambda r: 1.0, seed=3))
+    unrewarded = list(sampled_batch(tiny_model_dir, prompts, lambda r: 0.0, seed=4))
+    recipe = SAORecipe(batch_size=4, steps_per_candidate=2, num_critic_only_steps=0, state_dir=tmp_path / "state")
+    cand = recipe.propose(Batch(SCENARIO, rewarded + unrewarded), None, context(tmp_path, None, trainable_runtime))
+    assert [s["reward_mean"] for s in cand.metadata["sao"]["metrics"]["steps_detail"]] == [1.0, 0.0]
+    assert cand.metadata["sao"]["metrics"]["reward_mean"] == 0.5
+    assert "reward 0.500" in cand.summary
+
+
+def test_a_restart_without_a_lineage_resumes_the_critic_from_the_serving_release(tmp_path, trainable_runtime, batch):
     first = SAORecipe(batch_size=4, num_critic_only_steps=0, state_dir=tmp_path / "state-a").propose(
         batch, None, context(tmp_path, None, trainable_runtime, "s1"))
     shutil.copytree(first.artifact_dir, tmp_path / "rel1")
@@ -188,11 +270,10 @@ def test_a_restart_resumes_the_critic_from_the_serving_release(tmp_path, trainab
 
     # a new process: a new recipe object and another state directory; the release is all it has
     recipe = SAORecipe(batch_size=4, num_critic_only_steps=0, max_staleness=1, state_dir=tmp_path / "state-b")
-    learner_dir, source = recipe.learner_source(SCENARIO, current)
+    adapter, learner_dir, source = recipe.learner_source(None, current, trainable_runtime)
     assert (learner_dir, source) == (tmp_path / "rel1" / "learner", "the serving release")
     base = trainable_runtime.base_model()
-    learner = Learner(recipe.algorithm, recipe.lora, base, adapter=trainable_runtime.adapter_of(current), state=learner_dir,
-                      pad_id=0)
+    learner = Learner(recipe.algorithm, recipe.lora, base, adapter=adapter, state=learner_dir, pad_id=0)
     assert torch.equal(learner.critic.head.weight.detach(), saved_head["weight"])
     assert learner.counters["steps"] == 1 and learner.optimizer.state    # moments restored, not re-warmed
     second = recipe.propose(batch, current, context(tmp_path, current, trainable_runtime, "s2"))

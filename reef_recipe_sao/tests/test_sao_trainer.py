@@ -95,12 +95,14 @@ def test_the_step_runs_on_ray_with_the_same_results_as_in_process(ray_instance, 
     for name, trainer in (("local", None), ("ray", ray_trainer)):
         recipe = SAORecipe(batch_size=4, num_critic_only_steps=1, max_staleness=1, trainer=trainer,
                            state_dir=tmp_path / name / "state")
-        # a warm-up step (critic only) is kept on top of the serving release, then the policy moves
+        # a warm-up step (critic only) advances the lineage, then the policy moves
         assert recipe.propose(batch, None, context(tmp_path / name, None, trainable_runtime, "s1")) is None
-        assert read_learner_state(recipe.warmup_dir(SCENARIO, None), "sao").counters["steps"] == 1
+        head = recipe.lineages.head(SCENARIO)
+        assert read_learner_state(head.checkpoint / "learner", "sao").counters["steps"] == 1
         first = recipe.propose(batch, None, context(tmp_path / name, None, trainable_runtime, "s2"))
         shutil.copytree(first.artifact_dir, tmp_path / name / "rel1")
-        # the next step continues the served adapter and learner state (shipped to the worker)
+        # serving moved to a release this lineage does not know (no content hash): the next step
+        # continues the served adapter and learner state (shipped to the worker)
         current = release_of(tmp_path / name / "rel1", "rel1")
         second = recipe.propose(batch, current, context(tmp_path / name, current, trainable_runtime, "s3"))
         results[name] = (first, second)

@@ -1,0 +1,140 @@
+"""The learner lineage: its head is the last completed step (compare-and-swap, a kill -9
+anywhere in a step leaves the previous head), resets remember why, and the experience a
+lineage step trained on stays consumed whatever the gate decides."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from reef_core.commit.lineage import HEAD_FILE, STEPS_DIR, Lineages
+from reef_core.compose import build_reef
+from reef_core.errors import ConflictError
+from reef_core.plugins import get_plugins
+from reef_core.store import CandidateRow, new_id
+from reef_core.types import Candidate
+
+from .conftest import add_plugin, feedback_rules_config, grow_steps, settings_for
+from .test_experience_return import AlwaysReject, Down, NewRuleRecipe, _kernel, _seed
+
+
+def _checkpoint(path, text: str):
+    (path / "adapter").mkdir(parents=True)
+    (path / "adapter" / "weights.txt").write_text(text)
+    (path / "learner").mkdir()
+    (path / "learner" / "state.json").write_text(json.dumps({"text": text}))
+    return path
+
+
+def test_each_step_moves_the_head_by_compare_and_swap(tmp_path):
+    lineages = Lineages(tmp_path / "state")
+    assert lineages.head("s") is None
+    first = lineages.advance("s", _checkpoint(tmp_path / "a", "one"), {"serving": None}, expected=None)
+    assert (first.step, (first.checkpoint / "adapter" / "weights.txt").read_text()) == (1, "one")
+    second = lineages.advance("s", _checkpoint(tmp_path / "b", "two"), {"serving": None}, expected=first.id, steps=2)
+    assert second.step == 3 and lineages.head("s") == second
+    with pytest.raises(ConflictError, match="moved"):   # a step that started from the old head
+        lineages.advance("s", _checkpoint(tmp_path / "c", "three"), {}, expected=first.id)
+    assert lineages.head("s") == second
+    assert [p.name for p in (lineages.dir_of("s") / STEPS_DIR).iterdir()] == [second.checkpoint.name]
+    assert lineages.head("other") is None               # one lineage per scenario
+
+
+def test_reset_and_publish_are_remembered(tmp_path):
+    lineages = Lineages(tmp_path / "state")
+    head = lineages.advance("s", _checkpoint(tmp_path / "a", "one"), {}, expected=None)
+    head = lineages.advance("s", _checkpoint(tmp_path / "b", "two"), {}, expected=head.id)
+    published = lineages.note_published("s", head.id, "rel1")
+    assert (published.published_step, published.published_release) == (2, "rel1")
+    assert lineages.note_published("s", "not-the-head", "rel2") is None
+    head = lineages.advance("s", _checkpoint(tmp_path / "c", "three"), {}, expected=published.id)
+    assert head.to_dict()["steps_since_publish"] == 1
+    reset = lineages.reset("s", to_release="rel0", reason="rollback to rel0")
+    assert reset.checkpoint is None and reset.step == 3
+    assert reset.last_reset["to_release"] == "rel0" and reset.last_reset["reason"] == "rollback to rel0"
+    assert not any((lineages.dir_of("s") / STEPS_DIR).iterdir())
+    again = lineages.advance("s", _checkpoint(tmp_path / "d", "four"), {}, expected=reset.id)
+    assert again.last_reset == reset.last_reset and again.step == 4
+
+
+KILLER = textwrap.dedent("""
+    import os, signal, sys
+    from pathlib import Path
+    import reef_core.commit.lineage as lineage
+
+    where = sys.argv[3]
+    real_replace = os.replace
+
+    def dying_replace(src, dst):
+        if where == "before_head" and str(dst).endswith("HEAD.json"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        real_replace(src, dst)
+        if where == "after_step_copied" and Path(dst).parent.name == "steps":
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    lineage.os.replace = dying_replace
+    lineages = lineage.Lineages(Path(sys.argv[1]))
+    head = lineages.head("s")
+    lineages.advance("s", Path(sys.argv[2]), {}, expected=head.id)
+""")
+
+
+@pytest.mark.parametrize("where", ["after_step_copied", "before_head"])
+def test_a_kill_9_mid_step_leaves_the_last_completed_step_as_head(tmp_path, where):
+    lineages = Lineages(tmp_path / "state")
+    done = lineages.advance("s", _checkpoint(tmp_path / "a", "done"), {}, expected=None)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run([sys.executable, "-c", KILLER, str(tmp_path / "state"), str(_checkpoint(tmp_path / "b", "lost")),
+                           where], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -9, proc.stderr
+    head = Lineages(tmp_path / "state").head("s")   # a restart
+    assert head == done and (head.checkpoint / "adapter" / "weights.txt").read_text() == "done"
+    assert json.loads((lineages.dir_of("s") / HEAD_FILE).read_text())["id"] == done.id
+    # the next step goes on from it, and the killed step's leftovers go
+    nxt = lineages.advance("s", _checkpoint(tmp_path / "c", "next"), {}, expected=head.id)
+    assert nxt.step == 2 and [p.name for p in (lineages.dir_of("s") / STEPS_DIR).iterdir()] == [nxt.checkpoint.name]
+
+
+class LineageRuleRecipe(NewRuleRecipe):
+    """A recipe that keeps a lineage (here only the flag: what the kernel looks at)."""
+
+    keeps_lineage = True
+
+    def propose(self, batch, current, ctx):
+        cand = super().propose(batch, current, ctx)
+        return Candidate(scenario=cand.scenario, recipe=cand.recipe, artifact_dir=cand.artifact_dir,
+                         summary=cand.summary, metadata={"lineage": {"head": f"h{len(self.batches)}", "step": 1}})
+
+
+def test_a_rejected_lineage_step_keeps_its_experience_consumed(tmp_path, store_url):
+    add_plugin("evaluator", "always_reject", AlwaysReject)
+    add_plugin("recipe", "lineage_rule", LineageRuleRecipe)
+    config = feedback_rules_config(loop_enabled=False, evaluator={"name": "always_reject"})
+    config["recipe"] = {"name": "lineage_rule", "batch_size": 1}
+    config["loop"].update(retry_after_new=0, max_attempts=3)
+    config["record_store"] = {"url": store_url}
+    reef = build_reef(settings_for(tmp_path, Down, config), get_plugins(), background=False)
+    rec, rpt = _seed(reef.store, scenario="default")
+    steps = grow_steps(reef, 2)
+    # the lineage trained on the report: rejected, it is not retried (a harness recipe's is)
+    assert [s.outcome for s in steps] == ["rejected", "nothing"]
+    assert reef.store.consumption_states([rec, rpt]) == {rec: ("held", 1), rpt: ("held", 1)}
+
+
+def test_an_interrupted_lineage_snapshot_keeps_its_experience_consumed(tmp_path, store_url):
+    reef = _kernel(tmp_path, store_url)
+    assert not reef.learning.plan("default").recipe.keeps_lineage    # what the step does not look at here
+    rec, rpt = _seed(reef.store, scenario="default")
+    cid = new_id("cand")
+    reef.store.consume(cid, "default", record_ids=[rec], report_ids=[rpt])
+    reef.store.add_candidate(CandidateRow(id=cid, scenario="default", recipe="sao", status="evaluating",
+                                          artifact={"content_hash": "x", "metadata": {"lineage": {"head": "h1"}}}))
+    grow_steps(reef, 1)
+    assert reef.store.get_candidate(cid).status == "error"
+    assert reef.store.consumption_states([rpt]) == {rpt: ("held", 1)}
+
