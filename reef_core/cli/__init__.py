@@ -2,7 +2,7 @@
 loop, coding agents as clients.
 
 One module per command group: ``serve`` (serve, config, plugins), ``records``, ``learning``
-(releases, rollback, grow, candidates), ``status`` (mode, status, doctor), ``agent`` (harness,
+(releases, rollback, grow, candidates), ``lineage``, ``status`` (mode, status, doctor), ``agent`` (harness,
 agent) and ``reef_core.demo.cli`` (demo). What they share — options, the error wrapper, loading
 the configuration, reaching the state directory or the running server (``remote``) — is in
 ``common``; they import nothing from each other. Plugins add commands of their own with the
@@ -22,7 +22,7 @@ import click
 from .. import __version__
 from ..demo.cli import demo
 from ..errors import ReefError
-from . import agent, learning, records, serve, status
+from . import agent, learning, lineage, records, serve, status
 from .common import configure_logging
 
 __all__ = ["configure_logging", "main"]  # configure_logging: reef serve's runner sets up logging with it
@@ -69,7 +69,7 @@ def main() -> None:
     """Reef: an inference server that learns from the experience it serves."""
 
 
-for _module in (serve, records, learning, status, agent):
+for _module in (serve, records, learning, lineage, status, agent):
     for _command in _module.COMMANDS:
         main.add_command(_command)
 main.add_command(demo)  # simulated users teach the embedded model a preference (reef_core.demo)

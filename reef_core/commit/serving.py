@@ -36,6 +36,7 @@ from .artifacts import StoredRelease
 from .chain import BASE, ReleaseChain
 from .faults import fault_point
 from .harness import HarnessCache
+from .lineage import Lineages
 from .release_checks import Refusal, ReleaseRefused
 
 log = logging.getLogger("reef.releases")
@@ -83,6 +84,8 @@ class ServingReleases:
     def __init__(self, *, artifacts: Any, store: RecordStore, runtime: Any, state_dir: Path,
                  on_published: Callable[[Release], None]):
         self.chain = ReleaseChain(artifacts, store, state_dir / "releases")
+        #: each scenario's learner lineage (``reef_core.commit.lineage``): a rollback resets it
+        self.lineages = Lineages(state_dir)
         #: the artifact store, its optional members resolved (``reef_core.contracts.ArtifactStore``)
         self.artifacts = self.chain.artifacts
         self.store = store
@@ -162,15 +165,28 @@ class ServingReleases:
         only: a server on the same state follows the new head within ``FOLLOW_INTERVAL_S``.
         """
         stored = await asyncio.to_thread(self.chain.rollback, scenario, target)
+        what = "base (no harness, no adapter)" if target == BASE else target
         if stored is None:
             head = await asyncio.to_thread(self.chain.head, scenario)
+            await asyncio.to_thread(self._reset_lineage, scenario, head.release_id if head else None, what)
             if serve and head is not None and await self._swap(head):  # a head the follower had not reached yet
                 self._on_published(head)
             return RollbackResult(head, False, _unchanged(scenario, target, head))
         row = await self.activate(stored) if serve else await asyncio.to_thread(self.chain.record, stored)
-        what = "base (no harness, no adapter)" if target == BASE else target
+        await asyncio.to_thread(self._reset_lineage, scenario, row.release_id, what)
         return RollbackResult(row, True, f"published release {row.release_id} (#{row.sequence}) of {scenario!r}: "
                                          f"rollback to {what}, content {row.content_hash[:12]}")
+
+    def _reset_lineage(self, scenario: str, release_id: str | None, what: str) -> None:
+        """After a rollback the scenario's lineage (if it has one) starts again from the release
+        rolled back to: what it learnt past that release is what the rollback undoes. A reset
+        that fails is logged: the next step finds serving moved away from the lineage and
+        resets it then."""
+        try:
+            if self.lineages.head(scenario) is not None:
+                self.lineages.reset(scenario, to_release=release_id, reason=f"reef rollback to {what}")
+        except Exception:
+            log.exception("%s: resetting the learner lineage after the rollback failed", scenario)
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..commit.chain import BASE
 from ..commit.harness import NO_RELEASE, HarnessBundle, harness_bundle
+from ..commit.lineage import describe as describe_lineage
 from ..config import LearningMode
 from ..errors import NotFoundError
 from ..store import to_json
@@ -91,6 +92,18 @@ async def list_releases(scenario: str, request: Request,
     return {"scenario": scenario, "head_release_id": rows[0].release_id if rows else None,
             "serving_release_id": serving.release_id if serving else None,
             "releases": [to_json(r) for r in rows]}
+
+
+@router.get("/reef/scenarios/{scenario}/lineage", responses=_ERRORS)
+async def get_lineage(scenario: str, request: Request,
+                      principal: Principal = Depends(require_role())) -> dict[str, Any]:
+    """The scenario's learner lineage (``docs/learning.md``, "The learner lineage"): the head's
+    step, the steps since the last publish, the last reset and why; ``head`` null without one."""
+    _scenario(scenario, principal)
+    reef = request.app.state.reef
+    found = await run_in_threadpool(describe_lineage, reef.state_dir, scenario)
+    serving = reef.serving_release(scenario)
+    return {**found, "serving_release_id": serving.release_id if serving else None}
 
 
 @router.get("/reef/scenarios/{scenario}/releases/{release_id}", responses=_ERRORS)

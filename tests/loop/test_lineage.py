@@ -11,15 +11,17 @@ import sys
 import textwrap
 
 import pytest
+from click.testing import CliRunner
 
+from reef_core.cli import main
 from reef_core.commit.lineage import HEAD_FILE, STEPS_DIR, Lineages
 from reef_core.compose import build_reef
 from reef_core.errors import ConflictError
 from reef_core.plugins import get_plugins
-from reef_core.store import CandidateRow, new_id
+from reef_core.store import CandidateRow, RecordStore, new_id
 from reef_core.types import Candidate
 
-from .conftest import add_plugin, feedback_rules_config, grow_steps, settings_for
+from .conftest import add_plugin, feedback_rules_config, grow_steps, settings_for, write_config
 from .test_experience_return import AlwaysReject, Down, NewRuleRecipe, _kernel, _seed
 
 
@@ -138,3 +140,60 @@ def test_an_interrupted_lineage_snapshot_keeps_its_experience_consumed(tmp_path,
     assert reef.store.get_candidate(cid).status == "error"
     assert reef.store.consumption_states([rpt]) == {rpt: ("held", 1)}
 
+
+def _invoke(tmp_path, *args: str):
+    cfg = write_config(tmp_path / "cli.yaml", feedback_rules_config(batch_size=1, loop_enabled=False,
+                                                                   evaluator={"name": "always"}))
+    return CliRunner().invoke(main, [*args, "-c", str(cfg), f"server.state_dir={tmp_path / 'state'}",
+                                     f"runtime.upstream_url={Down.url}"])
+
+
+def test_reef_lineage_shows_it_rollback_and_reset_reset_it(tmp_path):
+    from .test_recovery import _seed as seed_feedback
+
+    none = _invoke(tmp_path, "lineage")
+    assert none.exit_code == 0 and "scenario 'default' has no learner lineage" in none.output
+    store = RecordStore(f"sqlite:///{tmp_path / 'state' / 'reef.db'}")
+    for feedback in ("Be brief", "Cite sources"):
+        seed_feedback(store, feedback)
+        assert "published" in _invoke(tmp_path, "grow").output
+    first, second = reversed(store.list_releases("default"))
+    store.close()
+    # a weight recipe's lineage, two steps past the second release, which it published at step 1
+    lineages = Lineages(tmp_path / "state")
+    head = lineages.advance("default", _checkpoint(tmp_path / "a", "one"), {"serving": second.release_id},
+                            expected=None)
+    lineages.note_published("default", head.id, second.release_id)
+    lineages.advance("default", _checkpoint(tmp_path / "b", "two"), {"serving": second.release_id},
+                     expected=lineages.head("default").id, steps=2)
+    shown = _invoke(tmp_path, "lineage", "default")
+    assert shown.exit_code == 0, shown.output
+    assert "default: lineage step 3" in shown.output and "steps since the last publish: 2" in shown.output
+    assert f"release {second.release_id} at step 1" in shown.output and "last reset: never" in shown.output
+
+    back = _invoke(tmp_path, "rollback", "-s", "default", first.release_id)
+    assert back.exit_code == 0, back.output
+    head = Lineages(tmp_path / "state").head("default")
+    assert head.checkpoint is None and head.last_reset["reason"] == f"reef rollback to {first.release_id}"
+    rolled = RecordStore(f"sqlite:///{tmp_path / 'state' / 'reef.db'}")
+    assert head.last_reset["to_release"] == rolled.head_release("default").release_id
+    rolled.close()
+    as_json = json.loads(_invoke(tmp_path, "lineage", "--json").output)
+    assert as_json["head"]["last_reset"]["reason"] == f"reef rollback to {first.release_id}"
+    assert as_json["head"]["steps_since_publish"] == 0
+
+    reset = _invoke(tmp_path, "lineage", "reset", "default", "--reason", "drifted")
+    assert reset.exit_code == 0 and "default: lineage reset" in reset.output
+    assert "drifted" in _invoke(tmp_path, "lineage").output
+
+
+def test_the_lineage_route(tmp_path):
+    from reef_core.testing import ReefServer
+
+    config = feedback_rules_config(batch_size=1, loop_enabled=False, evaluator={"name": "always"})
+    Lineages(tmp_path / "state").advance("default", _checkpoint(tmp_path / "a", "one"), {}, expected=None)
+    with ReefServer(tmp_path, settings=settings_for(tmp_path, Down, config)) as server:
+        client = server.client()
+        body = client.get("/reef/scenarios/default/lineage").json()
+        assert body["head"]["step"] == 1 and body["head"]["last_reset"] is None and body["serving_release_id"] is None
+        assert client.get("/reef/scenarios/other/lineage").json()["head"] is None
