@@ -113,6 +113,37 @@ class LineageRuleRecipe(NewRuleRecipe):
                          summary=cand.summary, metadata={"lineage": {"head": f"h{len(self.batches)}", "step": 1}})
 
 
+class AdvancingRecipe(NewRuleRecipe):
+    """A lineage-keeping recipe that advances a real lineage each step, its candidate a snapshot."""
+
+    keeps_lineage = True
+
+    def __init__(self, batch_size: int = 1, state_dir=None):
+        super().__init__(batch_size)
+        self.lineages = Lineages(state_dir)
+
+    def propose(self, batch, current, ctx):
+        cand = super().propose(batch, current, ctx)
+        head = self.lineages.head(batch.scenario)
+        new = self.lineages.advance(batch.scenario, cand.artifact_dir, {}, expected=head.id if head else None)
+        return Candidate(scenario=cand.scenario, recipe=cand.recipe, artifact_dir=cand.artifact_dir,
+                         summary=cand.summary, metadata={"lineage": {"head": new.id, "step": new.step}})
+
+
+def test_a_published_snapshot_is_where_the_lineage_goes_on_from(tmp_path, store_url):
+    add_plugin("recipe", "advancing", AdvancingRecipe)
+    config = feedback_rules_config(loop_enabled=False, evaluator={"name": "always"})
+    config["recipe"] = {"name": "advancing", "batch_size": 1}
+    config["record_store"] = {"url": store_url}
+    reef = build_reef(settings_for(tmp_path, Down, config), get_plugins(), background=False)
+    rec, rpt = _seed(reef.store, scenario="default")
+    [step] = grow_steps(reef, 1)
+    assert step.outcome == "published", step.reason
+    head = Lineages(tmp_path / "state").head("default")
+    assert (head.step, head.published_step, head.published_release) == (1, 1, step.release_id)
+    assert head.to_dict()["steps_since_publish"] == 0
+
+
 def test_a_rejected_lineage_step_keeps_its_experience_consumed(tmp_path, store_url):
     add_plugin("evaluator", "always_reject", AlwaysReject)
     add_plugin("recipe", "lineage_rule", LineageRuleRecipe)
@@ -197,3 +228,34 @@ def test_the_lineage_route(tmp_path):
         body = client.get("/reef/scenarios/default/lineage").json()
         assert body["head"]["step"] == 1 and body["head"]["last_reset"] is None and body["serving_release_id"] is None
         assert client.get("/reef/scenarios/other/lineage").json()["head"] is None
+
+
+def test_two_servers_on_one_store_never_train_a_batch_into_two_lineages(tmp_path, store_url):
+    """Two kernels (their own state directories, so their own lineages) on one record store and
+    one release chain, stepping at the same time: every report trains one lineage step once."""
+    import threading
+
+    add_plugin("evaluator", "always_reject", AlwaysReject)
+    add_plugin("recipe", "advancing", AdvancingRecipe)
+    reefs = []
+    for name in ("a", "b"):
+        config = feedback_rules_config(loop_enabled=False, evaluator={"name": "always_reject"})
+        config["recipe"] = {"name": "advancing", "batch_size": 1}
+        config["loop"].update(retry_after_new=0, max_attempts=3)
+        config["record_store"] = {"url": store_url}
+        (tmp_path / name).mkdir()
+        settings = settings_for(tmp_path / name, Down, config, [f"artifact_store.path={tmp_path / 'artifacts.git'}"])
+        reefs.append(build_reef(settings, get_plugins(), background=False))
+    reports = [_seed(reefs[0].store, f"q{i}", scenario="default")[1] for i in range(6)]
+    results: dict[int, list] = {}
+    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, grow_steps(reefs[i], 6))) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    trained = [b for r in reefs for b in r.learning.plan("default").recipe.batches]
+    assert sorted(rpt for batch in trained for rpt in batch) == sorted(reports)   # each report once
+    steps = [Lineages(tmp_path / name / "state").head("default") for name in ("a", "b")]
+    assert sum(h.step for h in steps if h is not None) == len(trained) == 6
+    rejected = [s for i in (0, 1) for s in results[i] if s.outcome == "rejected"]
+    assert len(rejected) == 6
