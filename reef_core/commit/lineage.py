@@ -194,6 +194,39 @@ def note_published(state_dir: str | Path, candidate: Any, release_id: str) -> No
         Lineages(state_dir).note_published(candidate.scenario, str(found["head"]), release_id)
 
 
+def regression(evaluation: Any) -> str | None:
+    """Why the gate's evaluation shows the candidate significantly *worse* than serving (its
+    interval entirely below −margin), or None. The divergence guard's test."""
+    metrics = getattr(evaluation, "metrics", None) or {}
+    interval = metrics.get("interval")
+    if not (isinstance(interval, (list, tuple)) and len(interval) == 2):
+        return None
+    low, high = (float(x) for x in interval)
+    margin = abs(float(metrics.get("margin") or 0.0))
+    if not high < -margin:
+        return None
+    confidence = float(metrics.get("confidence") or 0.95) * 100
+    return (f"the gate found the lineage head significantly worse than serving: {confidence:g}% interval "
+            f"[{low:+.3f}, {high:+.3f}] entirely below -{margin:g}")
+
+
+def guard_divergence(state_dir: str | Path, candidate: Any, evaluation: Any, serving: str | None) -> str | None:
+    """The divergence guard, after the gate did not publish ``candidate`` (a lineage's snapshot):
+    when it found it significantly worse than serving, reset the lineage to the serving release
+    ``serving`` (only if the head is still that snapshot) and say why in the candidate's
+    metadata (``lineage.reset``). The reason, or None when nothing was reset."""
+    found = lineage_of(candidate.metadata)
+    reason = regression(evaluation) if found is not None else None
+    if reason is None:
+        return None
+    try:
+        Lineages(state_dir).reset(candidate.scenario, to_release=serving, reason=reason, expected=str(found["head"]))
+    except ConflictError:  # the lineage moved on meanwhile: that head is judged by its own candidate
+        return None
+    found["reset"] = reason
+    return reason
+
+
 def _carried(old: dict[str, Any] | None) -> dict[str, Any]:
     keys = ("last_reset", "published_step", "published_release")
     return {k: old.get(k) for k in keys} if old else {}

@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING, Any
 from ..commit.chain import stage_candidate
 from ..commit.faults import fault_point
 from ..commit.gate import run_gate
-from ..commit.lineage import note_published
+from ..commit.lineage import guard_divergence, note_published
 from ..errors import ConflictError, PublishConflict, ReefError
 from ..observe import Batch, eligible
 from ..observe.eligibility import pool_rule
@@ -278,6 +278,8 @@ async def _evaluate(reef: Reef, plan: ScenarioPlan, candidate: Candidate, head: 
                             decision=decision.outcome, reason=decision.reason, status=status,
                             episodes=list(evaluation.episodes or ()), return_experience=returned)
     row.status = status
+    if decision.outcome != "select" and plan.recipe.keeps_lineage:
+        await _guard_lineage(reef, candidate, evaluation, head, row)
     if reef.observed("candidate_evaluated"):  # copies: an observer cannot change what gets published
         reef.emit("candidate_evaluated", candidate=copy.deepcopy(candidate), evaluation=copy.deepcopy(evaluation),
                      decision=decision)
@@ -342,6 +344,21 @@ async def _publish(reef: Reef, plan: ScenarioPlan, candidate: Candidate, head: A
     result.outcome, result.reason = "published", decision.reason
     if plan.recipe.keeps_lineage:  # the lineage continues from the snapshot that now serves
         await asyncio.to_thread(note_published, reef.state_dir, candidate, stored.release_id)
+
+
+async def _guard_lineage(reef: Reef, candidate: Candidate, evaluation: Evaluation, head: Any,
+                         row: CandidateRow) -> None:
+    """The divergence guard (``reef_core.commit.lineage.guard_divergence``): a snapshot the gate
+    found significantly worse than serving resets its lineage to serving; the reason goes into
+    the candidate's metadata (``lineage.reset``), which the metrics observer counts."""
+    try:
+        reason = await asyncio.to_thread(guard_divergence, reef.state_dir, candidate, evaluation,
+                                         head.release_id if head else None)
+        if reason is not None:
+            log.warning("%s: lineage reset: %s", candidate.scenario, reason)
+            await asyncio.to_thread(reef.store.update_candidate, row.id, artifact=row.artifact)
+    except Exception:  # the verdict stands; the next step judges the lineage again
+        log.exception("%s: the lineage's divergence guard failed", candidate.scenario)
 
 
 def returned_unless_trained(reef: Reef, plan: ScenarioPlan) -> int | None:

@@ -135,6 +135,10 @@ class Metrics:
             Gauge("reef_recipe_step_metric", "The latest evaluated candidate's step metrics, as its recipe "
                   "reported them (metadata.<recipe>.metrics: losses, norms, clip fractions, counts).",
                   ("scenario", "recipe", "name"), registry=r), 0, self.scenario_label)
+        self.lineage_resets = _ScenarioBounded(
+            Counter("reef_lineage_resets", "Learner lineages reset to the serving release by the divergence guard "
+                    "(the gate found the lineage head significantly worse than serving).", ("scenario", "recipe"),
+                    registry=r), 0, self.scenario_label)
         self._metric_names: dict[str, set[str]] = {}
         self._metric_names_lock = threading.Lock()
 
@@ -144,6 +148,9 @@ class Metrics:
         ``metadata[<recipe>]["metrics"]``: top-level numbers only, at most
         ``RECIPE_METRIC_NAMES`` names per recipe so a recipe cannot grow the series unbounded)."""
         self.candidates.labels(candidate.scenario, candidate.recipe, decision.outcome).inc()
+        lineage = (candidate.metadata or {}).get("lineage")
+        if isinstance(lineage, dict) and lineage.get("reset"):
+            self.lineage_resets.labels(candidate.scenario, candidate.recipe).inc()
         section = (candidate.metadata or {}).get(candidate.recipe)
         values = section.get("metrics") if isinstance(section, dict) else None
         if not isinstance(values, dict):

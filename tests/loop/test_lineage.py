@@ -19,7 +19,7 @@ from reef_core.compose import build_reef
 from reef_core.errors import ConflictError
 from reef_core.plugins import get_plugins
 from reef_core.store import CandidateRow, RecordStore, new_id
-from reef_core.types import Candidate
+from reef_core.types import Candidate, Decision, Evaluation
 
 from .conftest import add_plugin, feedback_rules_config, grow_steps, settings_for, write_config
 from .test_experience_return import AlwaysReject, Down, NewRuleRecipe, _kernel, _seed
@@ -259,3 +259,45 @@ def test_two_servers_on_one_store_never_train_a_batch_into_two_lineages(tmp_path
     assert sum(h.step for h in steps if h is not None) == len(trained) == 6
     rejected = [s for i in (0, 1) for s in results[i] if s.outcome == "rejected"]
     assert len(rejected) == 6
+
+
+class Regressing:
+    """A gate that finds the candidate worse: significantly (interval below −margin) or not."""
+
+    interval = [-0.6, -0.3]
+
+    def evaluate(self, candidate, current, ctx):
+        return Evaluation(evaluator="regressing", candidate_scores=[0.0], current_scores=[1.0], tasks=["t"],
+                          metrics={"interval": list(self.interval), "margin": 0.05, "confidence": 0.95})
+
+    def decide(self, evaluation):
+        return Decision("reject", "worse")
+
+
+class NotSignificantly(Regressing):
+    interval = [-0.4, 0.02]
+
+
+@pytest.mark.parametrize("gate", [Regressing, NotSignificantly])
+def test_the_divergence_guard_resets_a_lineage_the_gate_finds_significantly_worse(tmp_path, gate):
+    from reef_core.serve.metrics import Metrics
+
+    add_plugin("recipe", "advancing", AdvancingRecipe)
+    add_plugin("evaluator", "regressing", gate)
+    config = feedback_rules_config(loop_enabled=False, evaluator={"name": "regressing"})
+    config["recipe"] = {"name": "advancing", "batch_size": 1}
+    reef = build_reef(settings_for(tmp_path, Down, config), get_plugins(), background=False)
+    metrics = Metrics()
+    reef.register(metrics, name="test.metrics")
+    _seed(reef.store, scenario="default")
+    [step] = grow_steps(reef, 1)
+    assert step.outcome == "rejected"
+    head = Lineages(tmp_path / "state").head("default")
+    saved = reef.store.get_candidate(step.candidate_id).artifact["metadata"]["lineage"]
+    resets = metrics.registry.get_sample_value("reef_lineage_resets_total",
+                                               {"scenario": "default", "recipe": "advancing"}) or 0
+    if gate is Regressing:
+        assert head.checkpoint is None and "significantly worse than serving" in head.last_reset["reason"]
+        assert "[-0.600, -0.300] entirely below -0.05" in saved["reset"] and resets == 1
+    else:
+        assert head.checkpoint is not None and head.last_reset is None and "reset" not in saved and resets == 0
