@@ -5,10 +5,12 @@ serving Reef would, and the recipe's candidate becomes the next release."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 
 import torch
 from transformers import AutoTokenizer
 
+from reef_core.commit.artifacts import content_hash
 from reef_recipe_sao import SAORecipe
 from reef_recipe_sao.testing import context, release_of, sampled_batch
 from reef_train import load_policy
@@ -49,6 +51,26 @@ def test_expected_reward_rises(tmp_path, tiny_model_dir, trainable_runtime):
             continue
         dest = tmp_path / f"rel{i}"
         shutil.copytree(cand.artifact_dir, dest)
-        current = release_of(dest, f"rel{i}")
+        current = replace(release_of(dest, f"rel{i}"), content_hash=content_hash(dest))  # published
     after = digit_mass(tiny_model_dir, current.adapter_dir, prompts, digits)
     assert after > before + 0.3, (before, after, rewards)   # measured here: 0.13 -> 0.70
+    assert recipe.lineages.head("kit").last_reset is None       # each release was its own snapshot
+
+
+def test_learning_accumulates_on_the_lineage_while_every_candidate_is_rejected(tmp_path, tiny_model_dir,
+                                                                               trainable_runtime):
+    """Serving never changes (the gate rejects everything) and every rollout comes from it: the
+    lineage still learns, off-policy (DIS against the recorded logprobs), step after step."""
+    tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    prompts = [prompt_ids(tok, w) for w in PROMPTS]
+    digits = set(tok.convert_tokens_to_ids(list("0123456789")))
+    recipe = SAORecipe(batch_size=8, lr=0.05, critic_lr=0.01, num_critic_only_steps=1, lora_rank=4, lora_alpha=8,
+                       lora_lm_head=True, max_staleness=0, state_dir=tmp_path / "state")
+    before = digit_mass(tiny_model_dir, None, prompts, digits)
+    for i in range(8):
+        batch = sampled_batch(tiny_model_dir, prompts, lambda r: float(r[0] in digits), seed=100 + i, max_new_tokens=2)
+        recipe.propose(batch, None, context(tmp_path, None, trainable_runtime, f"s{i}"))   # rejected: never served
+    head = recipe.lineages.head("kit")
+    assert head.step == 8 and head.published_step is None
+    after = digit_mass(tiny_model_dir, head.checkpoint / "adapter", prompts, digits)
+    assert after > before + 0.3, (before, after)   # measured here: 0.13 -> 0.89
