@@ -66,8 +66,9 @@ def lineage(config_file: str | None, reason: str, as_json: bool, words: tuple[st
     click.echo(f"  steps since the last publish: {head['steps_since_publish']}"
                + (f" (release {published} at step {head['published_step']})" if published else " (none published)"))
     meta = head["meta"]
-    if meta.get("policy_lag_max") is not None:
-        click.echo(f"  policy lag of the last step's rollouts: up to {meta['policy_lag_max']} release(s)")
+    if meta.get("lineage_lag_max") is not None:
+        click.echo(f"  policy lag of the last step's rollouts: {meta['lineage_lag_mean']:.2f} lineage step(s) on "
+                   f"average, {meta['lineage_lag_max']} at most")
     last = head["last_reset"]
     click.echo(f"  last reset: {last['at'][:19].replace('T', ' ')} at step {last['step']} to "
                f"{last['to_release'] or 'the base model'}: {last['reason']}" if last else "  last reset: never")

@@ -56,6 +56,15 @@ class LineageHead:
     #: the lineage step of the last snapshot that was published (None: none yet)
     published_step: int | None = None
     published_release: str | None = None
+    #: {release id: the lineage step whose state it serves} of the releases this lineage saw
+    #: serve ("" the base model), the newest ``RELEASES_KEPT``
+    releases: dict[str, int] = field(default_factory=dict)
+
+    def lag(self, release_id: str | None) -> int:
+        """Policy lag, in lineage steps, of a rollout sampled from ``release_id``: how many
+        steps this head is past the state that release serves (one this lineage never saw
+        serving counts from the lineage's start)."""
+        return max(self.step - self.releases.get(release_id or "", 0), 0)
 
     def to_dict(self) -> dict[str, Any]:
         return {"scenario": self.scenario, "id": self.id, "step": self.step,
@@ -85,7 +94,8 @@ class Lineages:
         return LineageHead(scenario=scenario, id=str(data["id"]), step=int(data["step"]),
                            checkpoint=self.dir_of(scenario) / STEPS_DIR / checkpoint if checkpoint else None,
                            meta=dict(data.get("meta") or {}), last_reset=data.get("last_reset"),
-                           published_step=data.get("published_step"), published_release=data.get("published_release"))
+                           published_step=data.get("published_step"), published_release=data.get("published_release"),
+                           releases={str(k): int(v) for k, v in (data.get("releases") or {}).items()})
 
     def advance(self, scenario: str, checkpoint_dir: Path, meta: dict[str, Any], *, expected: str | None,
                 steps: int = 1) -> LineageHead:
@@ -106,7 +116,9 @@ class Lineages:
         try:
             return self._swap(scenario, expected, lambda old: {
                 **_carried(old), "id": new_id, "step": (old["step"] if old else 0) + steps,
-                "checkpoint": new_id, "meta": meta})
+                "checkpoint": new_id, "meta": meta,
+                # the serving release this lineage first trained against starts at its step then
+                "releases": _seen(old, meta.get("serving"), old["step"] if old else 0, keep=True)})
         except BaseException:
             shutil.rmtree(sdir / new_id, ignore_errors=True)
             raise
@@ -122,6 +134,7 @@ class Lineages:
             step = old["step"] if old else 0
             return {**_carried(old), "id": _new_id(), "step": step, "checkpoint": None,
                     "meta": {"serving": to_release}, "published_step": step, "published_release": to_release,
+                    "releases": _seen(old, to_release, step),
                     "last_reset": {"at": at, "step": step, "to_release": to_release, "reason": reason}}
 
         return self._swap(scenario, expected, reset)
@@ -132,6 +145,7 @@ class Lineages:
         try:
             return self._swap(scenario, head_id, lambda old: {
                 **old, "published_step": old["step"], "published_release": release_id,
+                "releases": _seen(old, release_id, old["step"]),
                 "meta": {**(old.get("meta") or {}), "serving": release_id}})
         except ConflictError:
             return None
@@ -228,8 +242,24 @@ def guard_divergence(state_dir: str | Path, candidate: Any, evaluation: Any, ser
 
 
 def _carried(old: dict[str, Any] | None) -> dict[str, Any]:
-    keys = ("last_reset", "published_step", "published_release")
+    keys = ("last_reset", "published_step", "published_release", "releases")
     return {k: old.get(k) for k in keys} if old else {}
+
+
+#: releases whose lineage step a head remembers (the policy lag of older rollouts is counted
+#: from the lineage's start)
+RELEASES_KEPT = 64
+
+
+def _seen(old: dict[str, Any] | None, release_id: str | None, step: int, *, keep: bool = False) -> dict[str, int]:
+    """The head's {release id: the lineage step whose state it serves} with ``release_id`` at
+    ``step`` (``keep``: only if not known yet); "" is serving the base model."""
+    releases = dict((old or {}).get("releases") or {})
+    key = release_id or ""
+    if not (keep and key in releases):
+        releases.pop(key, None)
+        releases[key] = int(step)
+    return dict(list(releases.items())[-RELEASES_KEPT:])
 
 
 def _new_id() -> str:

@@ -31,6 +31,8 @@ class Rollout:
     lag: int = 0
     #: 1 for action tokens, 0 for observation tokens of the response (default: all actions)
     action_mask: list[int] | None = None
+    #: the release that sampled it (None: the base model), for its lag behind the lineage head
+    release_id: str | None = None
 
 
 @dataclass(frozen=True)

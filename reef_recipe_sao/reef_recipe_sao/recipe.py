@@ -144,6 +144,9 @@ class SAORecipe(Recipe):
         steps, state = result["steps"], result["counters"]
         metrics = step_metrics(steps)
         metrics.update({f"rollouts_dropped_{k}": v for k, v in dropped.items()})
+        # off-policy: the traffic was sampled from serving, which the lineage may be steps ahead of
+        lags = [head.lag(r.release_id) if head else 0 for r in rollouts]
+        metrics.update(lineage_lag_max=max(lags), lineage_lag_mean=sum(lags) / len(lags))
         metrics["rollouts_dropped"] = sum(dropped.values()) + metrics.get("rollouts_dropped_ungrouped", 0)
         ctx.log.info("sao step %d: %s", metrics["step"], _counts({k: v for k, v in metrics.items()
                                                                   if isinstance(v, (int, float))}))
@@ -160,7 +163,8 @@ class SAORecipe(Recipe):
             batch.scenario, artifact, expected=head.id if head else None, steps=max(trained, 1),
             meta={"recipe": ctx.recipe, "mode": self.mode, "serving": current.release_id if current else None,
                   "artifact_hash": content_hash(artifact), "counters": dict(state), "from": source,
-                  "reward_mean": metrics.get("reward_mean"), "policy_lag_max": metrics.get("policy_lag_max")})
+                  "reward_mean": metrics.get("reward_mean"), "lineage_lag_max": metrics["lineage_lag_max"],
+                  "lineage_lag_mean": metrics["lineage_lag_mean"]})
         if not moved:
             # critic only (warm-up): the policy is unchanged, so there is nothing to gate; the
             # lineage keeps the critic, so warm-up happens once per lineage
@@ -222,7 +226,8 @@ class SAORecipe(Recipe):
         if lag > self.max_staleness:
             return "stale", None
         return None, Rollout(prompt_ids=list(prompt), response_ids=list(response), logprobs=[float(x) for x in logprobs],
-                             temperature=record_temperature(rec), reward=float(exp.score), lag=lag)
+                             temperature=record_temperature(rec), reward=float(exp.score), lag=lag,
+                             release_id=rec.release_id)
 
     # ------------------------------------------------------------------ learner state
 

@@ -212,6 +212,9 @@ def test_a_rejected_candidates_training_continues_on_the_lineage(tmp_path, train
     assert _distance(a3, served) > _distance(a2, served) > 0     # two steps away from serving, not one
     assert counters(third.artifact_dir / "learner")["steps"] == 3
     assert third.metadata["lineage"]["steps_since_publish"] == 2
+    # off-policy: the rollouts came from the base model, which the lineage left 1, then 2 steps ago
+    lags = [c.metadata["sao"]["metrics"]["lineage_lag_max"] for c in (first, second, third)]
+    assert lags == [0, 1, 2]
 
 
 def test_a_restart_continues_the_lineage(tmp_path, trainable_runtime, batch):

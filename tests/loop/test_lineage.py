@@ -56,6 +56,8 @@ def test_reset_and_publish_are_remembered(tmp_path):
     assert lineages.note_published("s", "not-the-head", "rel2") is None
     head = lineages.advance("s", _checkpoint(tmp_path / "c", "three"), {}, expected=published.id)
     assert head.to_dict()["steps_since_publish"] == 1
+    # policy lag in lineage steps: rel1 serves step 2's state; a release never seen counts from the start
+    assert (head.lag("rel1"), head.lag("rel-unknown"), head.lag(None)) == (1, 3, 3)
     reset = lineages.reset("s", to_release="rel0", reason="rollback to rel0")
     assert reset.checkpoint is None and reset.step == 3
     assert reset.last_reset["to_release"] == "rel0" and reset.last_reset["reason"] == "rollback to rel0"
