@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from reef_core import ActiveRelease, Batch, Candidate, Experience, Recipe, RecipeContext, require_trainable
-from reef_train import LoraOptions, StepPayload, read_learner_state, run_steps
+from reef_train import LoraOptions, StepPayload, lineage, read_learner_state, run_steps
 from reef_train.backend import TrainerError, make_trainer
-from reef_train.checkpoint import LEARNER_DIR
 
 from .algorithm import OpenClawAlgorithm, TrainTurn
 from .dispatch import dispatch
@@ -40,6 +39,7 @@ class OpenClawRecipe(Recipe):
 
     update_target = "adapter"
     default_evaluator = "always"  # as the reference runs it: every step hot-swaps
+    keeps_lineage = True
 
     def __init__(
         self,
@@ -129,6 +129,9 @@ class OpenClawRecipe(Recipe):
             subset_mode=subset_mode, clip_low=float(clip_low), clip_high=float(clip_high),
             steps_per_batch=int(steps_per_batch))
         self.state_root = Path(state_dir) / "openclaw" if state_dir is not None else None
+        #: the learner lineage of each scenario (docs/learning.md): each batch trains on its head
+        #: and advances it, whether or not the gate publishes the candidate
+        self.lineages = lineage.lineages_in(state_dir)
         self.prm_record_file = prm_record_file
 
     @property
@@ -217,20 +220,22 @@ class OpenClawRecipe(Recipe):
             turn.teacher_prompts = [turn.prompt_ids if hint is None else
                                     teacher_prompt_ids(tokenizer, rec.request or {}, rec.route, hint)
                                     for hint in turn.hints]
-        # Each batch's AdamW starts afresh from the serving adapter, as this recipe always trained:
-        # the release's learner/ gives the counters, not the moments.
+        # Each batch's AdamW starts afresh from the lineage head's adapter (the serving one without
+        # a lineage), as this recipe always trained: the learner/ gives the counters, not the moments.
         payload = StepPayload(self.algorithm, self.lora, [[t for _, t in turns]], resume_optimizer=False)
-        learner_dir = current.path / LEARNER_DIR if current is not None and current.path is not None else None
-        if read_learner_state(learner_dir, "openclaw") is None:
-            learner_dir = None
+        head = lineage.continued_head(self.lineages, batch.scenario, current, ctx.log)
+        adapter, learner_dir, source = lineage.learner_source(head, current, runtime, "openclaw")
+        before = read_learner_state(learner_dir, "openclaw") if learner_dir is not None else None
         artifact = ctx.new_artifact()
         with ctx.progress.task(f"openclaw: {len(turns)} turn(s) ({self.trainer.options.backend})", total=1) as bar:
             # a TrainerError (the step failed or was lost on Ray) propagates: the candidate fails
             # with its sentence, nothing is published
-            result = run_steps(self.trainer, payload, base=base, adapter=runtime.adapter_of(current),
-                               state=learner_dir, output=artifact)
+            result = run_steps(self.trainer, payload, base=base, adapter=adapter, state=learner_dir, output=artifact)
             bar.advance()
         metrics = result["steps"][0]
+        trained = result["counters"]["steps"] - (before.counters["steps"] if before is not None else 0)
+        new = lineage.advance(self.lineages, batch.scenario, artifact, head=head, current=current, steps=trained,
+                              meta={"recipe": ctx.recipe, "from": source, "reward_mean": metrics["reward_mean"]})
         record.update(metrics=metrics, candidate=True)
         self._write_record(batch.scenario, record)
         ctx.log.info("openclaw: %d turn(s), reward %.3f, loss %.4f (rl %.4f, opd %.4f)", len(turns),
@@ -241,7 +246,9 @@ class OpenClawRecipe(Recipe):
             summary=(f"openclaw: {len(turns)} turn(s) ({_shown(record['dispatch'])}), reward "
                      f"{metrics['reward_mean']:.3f}, rl {metrics['rl_loss']:.4f}, opd {metrics['opd_loss']:.4f}"),
             metadata={"openclaw": {"metrics": metrics, "turns": entries, "dropped": dropped,
-                                   "dispatch": record["dispatch"], "judge": judge_spec(self.judge)[0]}},
+                                   "dispatch": record["dispatch"], "judge": judge_spec(self.judge)[0],
+                                   "learner_from": source},
+                      "lineage": lineage.candidate_metadata(new)},
         )
 
     def _write_record(self, scenario: str, record: dict[str, Any]) -> None:

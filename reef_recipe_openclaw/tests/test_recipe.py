@@ -138,3 +138,16 @@ def test_a_step_moves_the_policy_toward_the_hinted_teacher_and_away_from_a_bad_r
     for _ in range(6):
         learner.step([turn])
     assert gap() < 0.5 * start, start            # measured here: 2.40 -> 0.38
+
+
+def test_a_rejected_candidates_training_continues_on_the_lineage(tmp_path, trainable_runtime, batch):
+    recipe = OpenClawRecipe(lr=1e-2, lora_rank=4, lora_alpha=8, state_dir=tmp_path / "state")
+    first = recipe.propose(batch, None, _context(tmp_path, trainable_runtime, "s1"))
+    # rejected: serving never changed, and the next batch trains on from the lineage head
+    second = recipe.propose(batch, None, _context(tmp_path, trainable_runtime, "s2"))
+    assert (first.metadata["openclaw"]["learner_from"], second.metadata["openclaw"]["learner_from"]) == \
+        ("new", "lineage step 1")
+    assert read_learner_state(second.artifact_dir / "learner", "openclaw").counters["steps"] == 2
+    assert second.metadata["lineage"]["step"] == 2 and second.metadata["lineage"]["steps_since_publish"] == 2
+    adapters = [(c.artifact_dir / "adapter" / "adapter_model.safetensors").read_bytes() for c in (first, second)]
+    assert adapters[0] != adapters[1]

@@ -14,16 +14,13 @@ algorithm and every option.
 from __future__ import annotations
 
 import math
-import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
 from reef_core import ActiveRelease, Batch, Candidate, Experience, Recipe, RecipeContext, require_trainable
-from reef_core.commit.artifacts import content_hash
-from reef_core.commit.lineage import LineageHead, Lineages
-from reef_train import LoraOptions, StepPayload, read_learner_state, run_steps
+from reef_core.commit.lineage import LineageHead
+from reef_train import LoraOptions, StepPayload, lineage, read_learner_state, run_steps
 from reef_train.backend import TrainerError, make_trainer
-from reef_train.checkpoint import ADAPTER_DIR, LEARNER_DIR
 
 from .algorithm import Rollout, SAOAlgorithm
 
@@ -114,7 +111,7 @@ class SAORecipe(Recipe):
             gamma=float(gamma))
         #: the learner lineage of each scenario (``reef_core.commit.lineage``): every step trains
         #: on its head and advances it, published or not (warm-up steps too)
-        self.lineages = Lineages(Path(state_dir) if state_dir is not None else Path(tempfile.mkdtemp(prefix="reef-sao-")))
+        self.lineages = lineage.lineages_in(state_dir)
 
     @property
     def filters(self) -> list[Any]:
@@ -129,7 +126,7 @@ class SAORecipe(Recipe):
             return None
         runtime = require_trainable(ctx.runtime, ctx.recipe)
         base = runtime.base_model()
-        head = self.lineage_head(batch.scenario, current, ctx)
+        head = lineage.continued_head(self.lineages, batch.scenario, current, ctx.log)
         adapter, learner_dir, source = self.learner_source(head, current, runtime)
         before = read_learner_state(learner_dir, "sao") if learner_dir is not None else None
         chunks = self.steps_of(rollouts)
@@ -159,10 +156,9 @@ class SAORecipe(Recipe):
                          "no candidate")
             return None
         trained = state["steps"] - (before.counters["steps"] if before is not None else 0)
-        new = self.lineages.advance(
-            batch.scenario, artifact, expected=head.id if head else None, steps=max(trained, 1),
-            meta={"recipe": ctx.recipe, "mode": self.mode, "serving": current.release_id if current else None,
-                  "artifact_hash": content_hash(artifact), "counters": dict(state), "from": source,
+        new = lineage.advance(
+            self.lineages, batch.scenario, artifact, head=head, current=current, steps=trained,
+            meta={"recipe": ctx.recipe, "mode": self.mode, "counters": dict(state), "from": source,
                   "reward_mean": metrics.get("reward_mean"), "lineage_lag_max": metrics["lineage_lag_max"],
                   "lineage_lag_mean": metrics["lineage_lag_mean"]})
         if not moved:
@@ -178,8 +174,7 @@ class SAORecipe(Recipe):
             metadata={"sao": {"mode": self.mode, "metrics": metrics, "learner_from": source,
                               "steps": state["steps"], "actor_steps": state["actor_steps"],
                               "critic_steps": state["critic_steps"], "rollouts_used_total": state["rollouts_used"]},
-                      "lineage": {"head": new.id, "step": new.step, "steps_since_publish": new.to_dict()[
-                          "steps_since_publish"]}},
+                      "lineage": lineage.candidate_metadata(new)},
         )
 
     def steps_of(self, rollouts: list[Rollout]) -> list[list[Rollout]]:
@@ -231,36 +226,11 @@ class SAORecipe(Recipe):
 
     # ------------------------------------------------------------------ learner state
 
-    def lineage_head(self, scenario: str, current: ActiveRelease | None, ctx: RecipeContext) -> LineageHead | None:
-        """The scenario's lineage head, checked against serving: it continues from the release
-        that served when it was written or from its own published snapshot; serving anything
-        else (a rollback, another server's release) resets it to the serving release."""
-        head = self.lineages.head(scenario)
-        if head is None or head.checkpoint is None:
-            return head
-        serving = current.release_id if current else None
-        if head.meta.get("serving") == serving:
-            return head
-        if current is not None and current.content_hash and current.content_hash == head.meta.get("artifact_hash"):
-            return self.lineages.note_published(scenario, head.id, current.release_id) or self.lineages.head(scenario)
-        reason = (f"serving moved to {serving or 'the base model'}, which is not this lineage's snapshot "
-                  f"(a rollback, or a release from another server)")
-        ctx.log.warning("sao: lineage of %r reset at step %d: %s", scenario, head.step, reason)
-        return self.lineages.reset(scenario, to_release=serving, reason=reason, expected=head.id)
-
     def learner_source(self, head: LineageHead | None, current: ActiveRelease | None,
                        runtime: Any) -> tuple[Path | None, Path | None, str]:
         """(adapter, learner state, where they come from) for the next step: the lineage head's
         checkpoint, else the serving release's adapter and ``learner/``, else nothing (new)."""
-        if head is not None and head.checkpoint is not None and \
-                read_learner_state(head.checkpoint / LEARNER_DIR, "sao") is not None:
-            adapter = head.checkpoint / ADAPTER_DIR
-            return (adapter if adapter.is_dir() else None), head.checkpoint / LEARNER_DIR, f"lineage step {head.step}"
-        adapter = runtime.adapter_of(current)
-        if current is not None and current.path is not None and \
-                read_learner_state(current.path / LEARNER_DIR, "sao") is not None:
-            return adapter, current.path / LEARNER_DIR, "the serving release"
-        return adapter, None, "new"
+        return lineage.learner_source(head, current, runtime, "sao")
 
 
 def step_metrics(steps: list[dict[str, Any]]) -> dict[str, Any]:

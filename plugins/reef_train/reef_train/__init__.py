@@ -37,7 +37,10 @@ The pieces, each usable alone:
   ``base_input`` reads a step's ``base`` input as a ``WorkerBase`` (the served base as the
   worker sees it, for ``load_trainable``);
 * ``startup`` — ``refuse_untrainable_runtime``, the start-up check a weight recipe makes in a
-  server (the one module that uses reef-core, and only when called; not re-exported here);
+  server (it uses reef-core, only when called; not re-exported here);
+* ``lineage`` — a weight recipe's steps on its scenario's learner lineage (reef-core's
+  ``commit.lineage``): where a step's learner starts, the step that advances it (it uses
+  reef-core; not re-exported here);
 * ``testing`` — a tiny random model built offline, for tests of the toolkit and its users.
 """
 
