@@ -39,7 +39,7 @@ class RecipeContext:
     ``scratch_dir`` an empty directory removed after the step, ``progress`` a progress
     reporter (``with ctx.progress.task("...", total=n) as bar: bar.advance()``), ``log`` a
     logger, ``current`` the serving release (None before the first), ``options`` the
-    recipe's resolved options.
+    recipe's resolved options. A recipe that proposes nothing may say why in ``skip_reason``.
     """
 
     scenario: str
@@ -52,6 +52,8 @@ class RecipeContext:
     current: ActiveRelease | None
     settings: Any
     _model: EvalContext
+    #: why ``propose`` returned None, when the recipe says (the ``skipped`` candidate's reason)
+    skip_reason: str | None = None
 
     def complete(self, body: dict[str, Any], release: ActiveRelease | None = None, *,
                  timeout_s: float | None = None) -> dict[str, Any]:

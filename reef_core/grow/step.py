@@ -242,7 +242,8 @@ async def _propose(reef: Reef, plan: ScenarioPlan, batch: Batch, current: Any, r
         await _finish(store, row, status="error", decision="error", reason=reason, result=result)
         return None
     if proposed is None:
-        await _finish(store, row, status="skipped", reason="the recipe proposed no update from this batch "
+        why = f": {ctx.skip_reason}" if ctx.skip_reason else ""
+        await _finish(store, row, status="skipped", reason=f"the recipe proposed no update from this batch{why} "
                       "(the batch stays consumed)", result=result, outcome="skipped")
         return None
     proposed.id, proposed.scenario, proposed.recipe = row.id, batch.scenario, recipe_name

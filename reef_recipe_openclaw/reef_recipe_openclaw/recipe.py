@@ -207,7 +207,8 @@ class OpenClawRecipe(Recipe):
                   "dispatch": _count(e.get("dispatch") for e in entries),
                   "reward_mean": (sum(t.reward for _, t in turns) / len(turns)) if turns else None}
         if not turns:
-            ctx.log.info("openclaw: nothing to train in this batch (%s)", dropped)
+            ctx.skip_reason = f"nothing to train in this batch ({dropped})"
+            ctx.log.info("openclaw: %s", ctx.skip_reason)
             self._write_record(batch.scenario, {**record, "candidate": False})
             return None
         runtime = require_trainable(ctx.runtime, ctx.recipe)

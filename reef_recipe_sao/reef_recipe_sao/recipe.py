@@ -122,7 +122,8 @@ class SAORecipe(Recipe):
     def propose(self, batch: Batch, current: ActiveRelease | None, ctx: RecipeContext) -> Candidate | None:
         rollouts, dropped = self.rollouts(batch, current, ctx)
         if not rollouts:
-            ctx.log.info("sao: no usable rollout in this batch (%s)", _counts(dropped))
+            ctx.skip_reason = f"no usable rollout in this batch ({_counts(dropped)})"
+            ctx.log.info("sao: %s", ctx.skip_reason)
             return None
         runtime = require_trainable(ctx.runtime, ctx.recipe)
         base = runtime.base_model()
@@ -152,8 +153,9 @@ class SAORecipe(Recipe):
         if not (moved or warmed):
             # nothing to learn from (e.g. no reward: the actor's gradient is zero): the lineage
             # stays where it is and there is nothing to gate
-            ctx.log.info("sao: the batch taught nothing (actor gradient 0, no warm-up step): no lineage step, "
-                         "no candidate")
+            ctx.skip_reason = ("nothing to learn: the actor's gradient is 0 (e.g. no reward) and no warm-up step "
+                               "ran; the lineage did not move")
+            ctx.log.info("sao: %s", ctx.skip_reason)
             return None
         trained = state["steps"] - (before.counters["steps"] if before is not None else 0)
         new = lineage.advance(
@@ -164,6 +166,7 @@ class SAORecipe(Recipe):
         if not moved:
             # critic only (warm-up): the policy is unchanged, so there is nothing to gate; the
             # lineage keeps the critic, so warm-up happens once per lineage
+            ctx.skip_reason = f"critic warm-up (lineage step {new.step}): the policy did not move"
             return None
         return Candidate(
             scenario=batch.scenario, recipe=ctx.recipe, artifact_dir=artifact,

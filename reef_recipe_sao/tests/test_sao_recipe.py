@@ -250,8 +250,10 @@ def test_a_batch_with_nothing_to_learn_advances_nothing(tmp_path, trainable_runt
     for recipe, b in ((SAORecipe(batch_size=4, num_critic_only_steps=0, state_dir=tmp_path / "sao"), unrewarded),
                       (SAORecipe(mode="grpo_dis", n_samples_per_prompt=2, batch_size=4, state_dir=tmp_path / "grpo"),
                        grouped)):
-        assert recipe.propose(b, None, context(tmp_path, None, trainable_runtime, recipe.mode)) is None
+        ctx = context(tmp_path, None, trainable_runtime, recipe.mode)
+        assert recipe.propose(b, None, ctx) is None
         assert recipe.lineages.head(SCENARIO) is None
+        assert "the actor's gradient is 0" in ctx.skip_reason    # the skipped candidate says why
 
 
 def test_the_summary_reports_the_reward_of_every_step(tmp_path, trainable_runtime, tiny_model_dir, prompts):

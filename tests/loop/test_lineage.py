@@ -303,3 +303,22 @@ def test_the_divergence_guard_resets_a_lineage_the_gate_finds_significantly_wors
         assert "[-0.600, -0.300] entirely below -0.05" in saved["reset"] and resets == 1
     else:
         assert head.checkpoint is not None and head.last_reset is None and "reset" not in saved and resets == 0
+
+
+class SkippingRecipe(NewRuleRecipe):
+    keeps_lineage = True
+
+    def propose(self, batch, current, ctx):
+        ctx.skip_reason = "nothing to learn: no reward"
+        return None
+
+
+def test_a_skipped_step_says_why(tmp_path):
+    add_plugin("recipe", "skipping", SkippingRecipe)
+    config = feedback_rules_config(loop_enabled=False, evaluator={"name": "always"})
+    config["recipe"] = {"name": "skipping", "batch_size": 1}
+    reef = build_reef(settings_for(tmp_path, Down, config), get_plugins(), background=False)
+    _seed(reef.store, scenario="default")
+    [step] = grow_steps(reef, 1)
+    assert step.outcome == "skipped" and "from this batch: nothing to learn: no reward" in step.reason
+    assert reef.store.get_candidate(step.candidate_id).reason == step.reason
