@@ -18,12 +18,12 @@ logged, but nothing trains and no release is made.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from reef_core import ActiveRelease, Batch, Candidate, Recipe, RecipeContext, require_trainable
-from reef_train import LoraOptions, StepPayload, read_learner_state, run_steps
+from reef_train import LoraOptions, StepPayload, lineage, read_learner_state, run_steps
 from reef_train.backend import TrainerError, make_trainer
-from reef_train.checkpoint import LEARNER_DIR
 
 from .algorithm import Rollout, TTTDAlgorithm, reward_stats
 from .grid import GridError, barrier, informative_groups
@@ -36,12 +36,14 @@ class TTTDRecipe(Recipe):
 
     update_target = "adapter"
     default_evaluator = "always"
+    keeps_lineage = True
 
     def __init__(self, variant: str = "tttd", groups_per_step: int = 8, rollouts_per_group: int = 64,
                  max_staleness: int = 0, lr: float = 4e-5, beta1: float = 0.9, beta2: float = 0.95,
                  eps: float = 1e-8, weight_decay: float = 0.0, kl_coef: float = 0.1, lora_rank: int = 32,
                  lora_alpha: int = 32, lora_lm_head: bool = False, device: str = "auto", seed: int = 0,
-                 micro_batch_tokens: int = 512, trainer: dict[str, Any] | None = None):
+                 micro_batch_tokens: int = 512, trainer: dict[str, Any] | None = None,
+                 state_dir: str | Path | None = None):
         problems = []
         if variant not in VARIANTS:
             problems.append(f"variant must be one of {', '.join(VARIANTS)}, not {variant!r}")
@@ -75,6 +77,9 @@ class TTTDRecipe(Recipe):
         #: TTT-Discover's advantages and loss, run by reef_train's learner
         self.algorithm = TTTDAlgorithm(variant=variant, kl_coef=float(kl_coef),
                                        micro_batch_tokens=int(micro_batch_tokens))
+        #: the learner lineage of each scenario (docs/learning.md): each grid step trains on its
+        #: head and advances it, whether or not the gate publishes the candidate
+        self.lineages = lineage.lineages_in(state_dir)
 
     @property
     def trains(self) -> bool:
@@ -89,6 +94,7 @@ class TTTDRecipe(Recipe):
         try:
             grid = barrier(list(batch), self.groups, self.rollouts)
         except GridError as exc:
+            ctx.skip_reason = f"the batch is not a training grid: {exc}"
             ctx.log.warning("tttd: the batch is rejected and does not train: %s", exc)
             return None
         rewards = grid.group_rewards()
@@ -106,6 +112,7 @@ class TTTDRecipe(Recipe):
         if bests:
             metrics["archive_best_reward"] = max(bests)
         if not self.trains:
+            ctx.skip_reason = "search-only: nothing trains"
             ctx.log.info("tttd step %d (search-only, nothing trains): %s", grid.step, _fmt(metrics))
             return None
         groups = []
@@ -120,19 +127,22 @@ class TTTDRecipe(Recipe):
             groups.append(group)
         runtime = require_trainable(ctx.runtime, ctx.recipe)
         base = runtime.base_model()
-        learner_dir = None
-        if current is not None and current.path is not None and \
-                read_learner_state(current.path / LEARNER_DIR, "tttd") is not None:
-            learner_dir = current.path / LEARNER_DIR
+        head = lineage.continued_head(self.lineages, batch.scenario, current, ctx.log)
+        adapter, learner_dir, source = lineage.learner_source(head, current, runtime, "tttd")
+        before = read_learner_state(learner_dir, "tttd") if learner_dir is not None else None
         artifact = ctx.new_artifact()
         with ctx.progress.task(f"tttd step {grid.step}: {len(keep)} group(s) x {self.rollouts} "
                                f"({self.trainer.options.backend})", total=1) as bar:
             # a TrainerError (the step failed or was lost on Ray) propagates: the candidate fails
             # with its sentence, nothing is published
             result = run_steps(self.trainer, StepPayload(self.algorithm, self.lora, [groups]), base=base,
-                               adapter=runtime.adapter_of(current), state=learner_dir, output=artifact)
+                               adapter=adapter, state=learner_dir, output=artifact)
             bar.advance()
         metrics.update(result["steps"][0])
+        trained = result["counters"]["steps"] - (before.counters["steps"] if before is not None else 0)
+        new = lineage.advance(self.lineages, batch.scenario, artifact, head=head, current=current, steps=trained,
+                              meta={"recipe": ctx.recipe, "from": source, "grid_step": grid.step,
+                                    "reward_mean": metrics.get("reward_mean")})
         ctx.log.info("tttd step %d: %s", grid.step, _fmt(metrics))
         return Candidate(
             scenario=batch.scenario, recipe=ctx.recipe, artifact_dir=artifact,
@@ -140,7 +150,8 @@ class TTTDRecipe(Recipe):
             summary=(f"{self.variant} grid step {grid.step}: {len(keep)}x{self.rollouts} rollouts, reward mean "
                      f"{metrics['reward_mean']:.3f} max {metrics['reward_max']:.3f}, beta {metrics['beta_mean']:.3g}"),
             metadata={"tttd": {"metrics": metrics, "learner_steps": result["counters"]["steps"],
-                               "learner_from": "the serving release" if learner_dir else "new"}},
+                               "learner_from": source},
+                      "lineage": lineage.candidate_metadata(new)},
         )
 
 

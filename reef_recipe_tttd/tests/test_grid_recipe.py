@@ -112,7 +112,8 @@ def test_the_contract_kit_passes(tmp_path, trainable_runtime, grid_batch):
                                                                                  runtime=trainable_runtime))
     assert (first.artifact_dir / "adapter" / "adapter_config.json").is_file()
     assert read_learner_state(first.artifact_dir / "learner", "tttd").counters["steps"] == 1
-    assert second.metadata["tttd"]["learner_from"] == "the serving release"
+    # the kit served the first candidate: the lineage recognises its own snapshot and goes on
+    assert second.metadata["tttd"]["learner_from"] == "lineage step 1"
     assert read_learner_state(second.artifact_dir / "learner", "tttd").counters["steps"] == 2
     m = first.metadata["tttd"]["metrics"]
     for key in ("reward_min", "reward_max", "reward_mean", "reward_std", "reward_zero_fraction", "constant_groups",
@@ -145,3 +146,15 @@ def test_options_are_checked():
     r = TTTDRecipe(groups_per_step=3, rollouts_per_group=4)
     assert r.batch_size == 12 and r.default_evaluator == "always"
     assert ("tttd_grid", {"groups_per_step": 3, "rollouts_per_group": 4}) in r.filters
+
+
+def test_a_rejected_grid_steps_training_continues_on_the_lineage(tmp_path, trainable_runtime, grid_batch):
+    recipe = TTTDRecipe(groups_per_step=2, rollouts_per_group=4, max_staleness=1, lora_rank=4, lora_alpha=8, lr=1e-3,
+                        state_dir=tmp_path / "state")
+    ctx = lambda name: recipe_context(tmp_path / name, None, recipe="tttd", runtime=trainable_runtime)  # noqa: E731
+    first = recipe.propose(grid_batch, None, ctx("s1"))
+    second = recipe.propose(grid_batch, None, ctx("s2"))   # the first was rejected: serving never changed
+    assert (first.metadata["tttd"]["learner_from"], second.metadata["tttd"]["learner_from"]) == \
+        ("new", "lineage step 1")
+    assert read_learner_state(second.artifact_dir / "learner", "tttd").counters["steps"] == 2
+    assert second.metadata["lineage"]["step"] == 2
