@@ -6,6 +6,12 @@ compares against it. It holds the resolved settings with every secret masked, wh
 server listens, its pid, when it started and stopped, and the learning-relevant part of the
 settings (``LEARNING_KEYS``) with its hash.
 
+It also holds how ``reef serve`` composed its configuration (``composed_from``: the working
+directory, the config file's absolute path and the overrides, those that carry a secret left
+out), so a command run with no arguments composes the server's configuration again and uses
+it (``ServedConfig.recompose``) instead of the defaults, and ``reef_core.served_dirs`` records
+which state directory a server started in a directory serves.
+
 Two uses, both in the CLI: finding a running server to send commands to (``reef_core.cli.remote``),
 and refusing to act on the state with a configuration other than the one it was served with
 (``check_given``): ``reef grow`` with the wrong runtime would otherwise consume feedback and
@@ -40,6 +46,29 @@ FILE_NAME = "served-config.json"
 #: the settings that decide what a growth step does with the state's experience and releases
 LEARNING_KEYS = ("runtime", "recipe", "evaluator", "artifact_store", "scenarios", "record_store")
 FORMAT = 1
+
+
+#: how this process's ``reef serve`` composed its configuration (``record_composition``); None
+#: for servers built otherwise (the test server), which then record no ``composed_from``
+_composition: dict[str, Any] | None = None
+
+
+def record_composition(config_file: str | None, overrides: tuple[str, ...] | list[str]) -> None:
+    """Remember the config file and overrides ``reef serve`` composed its settings from, for
+    ``announce``; an override whose key is a secret's, or whose value holds a URL password,
+    is left out (``complete: false``): the file is masked as a whole."""
+    global _composition
+    from .config import is_secret_key
+
+    kept, complete = [], True
+    for word in overrides:
+        key, _, value = word.partition("=")
+        if is_secret_key(key.lstrip("+~")) or mask_secrets(value) != value:
+            complete = False
+            continue
+        kept.append(word)
+    _composition = {"cwd": os.getcwd(), "config_file": str(Path(config_file).resolve()) if config_file else None,
+                    "overrides": kept, "complete": complete}
 
 
 class ConfigMismatch(ConfigError):
@@ -148,6 +177,30 @@ class ServedConfig:
         return (bool(self.data.get("running")) and self.data.get("hostname") == socket.gethostname()
                 and _pid_alive(self.data.get("pid")))
 
+    def recompose(self, plugins: Any) -> Settings | None:
+        """The settings the server was composed with, composed again here from its
+        ``composed_from`` (in its state directory, whatever this process's working directory),
+        or None when the file has none, its config file is gone, or the result's learning
+        settings are not the served ones (a secret override left out, a file changed since)."""
+        from .config import compose, validate
+
+        source = self.data.get("composed_from")
+        state_dir = self.data.get("state_dir")
+        if not isinstance(source, dict) or not state_dir:
+            return None
+        config_file = source.get("config_file")
+        if config_file and not Path(config_file).is_file():
+            return None
+        overrides = [*source.get("overrides", []), f"server.state_dir={state_dir}"]
+        try:
+            settings = validate(compose(overrides, plugins, config_file=config_file), plugins)
+        except Exception as exc:  # a plugin gone or a key renamed since: fall back to the config given
+            log.debug("cannot compose the served configuration of %s again: %s", self.path, exc)
+            return None
+        if view_hash(learning_view(settings)) != self.data.get("learning_hash"):
+            return None
+        return settings
+
     def mismatch(self, settings: Settings, *, keys: tuple[str, ...] = LEARNING_KEYS) -> list[str]:
         """How ``settings`` differ from the served ones under ``keys`` (empty when they agree)."""
         served = self.data.get("learning") or {}
@@ -245,6 +298,7 @@ def announce(settings: Settings, *, url: str | None) -> Announcement | None:
         "learning_hash": view_hash(view),
         "learning": view,
         "settings": mask_secrets(settings.model_dump(mode="json")),
+        **({"composed_from": _composition} if _composition is not None else {}),
     }
     path = settings.state_dir / FILE_NAME
     try:
@@ -253,4 +307,8 @@ def announce(settings: Settings, *, url: str | None) -> Announcement | None:
     except OSError as exc:
         log.warning("could not write %s (the CLI will not find this server): %s", path, exc)
         return None
+    if _composition is not None:  # `reef serve`: a command run where it started finds it
+        from .served_dirs import remember
+
+        remember(settings.state_dir, started_at=data["started_at"], cwd=Path(_composition["cwd"]))
     return Announcement(path, data)

@@ -23,6 +23,13 @@ def _fresh_plugins(monkeypatch):
     reset_plugins()
 
 
+@pytest.fixture(autouse=True)
+def _own_servers_dir(monkeypatch, tmp_path_factory):
+    """Servers a test starts record the directory they serve from in a directory of the test's
+    own (``reef_core.served_dirs``), not the user's, and a CLI run in a test finds only those."""
+    monkeypatch.setenv("REEF_SERVERS_DIR", str(tmp_path_factory.mktemp("servers")))
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> str:
     """URL of the PostgreSQL server that scripts/test starts.

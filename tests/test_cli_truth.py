@@ -177,7 +177,8 @@ def test_a_wrong_token_exits_non_zero_with_the_servers_message(tmp_path):
             assert "default: nothing: no eligible experience" in right.output
             assert server.store.list_candidates("default") == []
         gone = CliRunner().invoke(main, ["releases", *args])
-        assert gone.exit_code == 1 and f"cannot reach the Reef server at {server.url}" in gone.output
+        # the server it names is gone: exit 2 (it cannot do what was asked), never an answer from elsewhere
+        assert gone.exit_code == 2 and f"cannot reach the Reef server at {server.url}" in gone.output
 
 
 def test_the_served_config_is_written_at_start_and_marked_stopped(tmp_path):

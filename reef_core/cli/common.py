@@ -104,41 +104,79 @@ def check_overrides(overrides: tuple[str, ...]) -> None:
         raise ConfigError(message + (f" (see {ctx.command_path} --help)" if ctx is not None else ""))
 
 
+def load_served(overrides: tuple[str, ...], config_file: str | None):
+    """(settings, plugins, the served record or None) for a command that works on the state.
+
+    Given overrides or a config file, they say the state directory and its
+    ``served-config.json`` is the record. Given nothing, the record is the one of the state
+    directory the last ``reef serve`` started in this directory served
+    (``reef_core.served_dirs``), else the configured state directory's; and the settings are
+    that server's, composed again from its record (``ServedConfig.recompose``), so a command
+    run where ``scripts/serve`` runs uses ``runtime=local`` as the server does, silently.
+    """
+    from ..served_config import ServedConfig
+    from ..served_dirs import state_dir_served_from
+
+    _cfg, settings, plugins = load(overrides, config_file)
+    if overrides or config_file:
+        return settings, plugins, ServedConfig.read(settings.state_dir)
+    served = None
+    last = state_dir_served_from()
+    if last is not None:
+        served = ServedConfig.read(last)
+    if served is None:
+        served = ServedConfig.read(settings.state_dir)
+    if served is not None:
+        settings = served.recompose(plugins) or settings
+    return settings, plugins, served
+
+
 def open_store(overrides: tuple[str, ...], config_file: str | None, force: bool = False):
-    """The record store of the config given; refused when the state directory was served with
-    another one (reading it would show some other store's records, or an empty new one)."""
+    """The record store of the served config (or the one given); refused when the state
+    directory was served with another one (reading it would show some other store's records,
+    or an empty new one)."""
     from ..served_config import check_given
 
-    _cfg, settings, _plugins = load(overrides, config_file)
+    settings, _plugins, _served = load_served(overrides, config_file)
     check_given(settings, force=force, keys=("record_store",))
     return settings.open_record_store(), settings
 
 
 def load_with_server(overrides: tuple[str, ...], config_file: str | None, url: str | None, token: str | None):
-    """(settings, plugins, the running server or None)."""
+    """(settings, plugins, the running server or None); ``load_served`` says which settings."""
     from .remote import find_server
 
-    _cfg, settings, plugins = load(overrides, config_file)
-    return settings, plugins, find_server(settings, url=url, token=token)
+    settings, plugins, served = load_served(overrides, config_file)
+    server = find_server(settings, url=url, token=token, served=served)
+    if server is not None:
+        server.config_given = bool(overrides or config_file)
+    return settings, plugins, server
 
 
-def local_kernel(settings: Any, plugins: Any, *, force: bool, learning: bool = False):
+#: what a command that only reads needs to agree with the served config on: where the state is
+READ_KEYS = ("record_store", "artifact_store")
+
+
+def local_kernel(settings: Any, plugins: Any, *, force: bool, learning: bool = False, read_only: bool = False):
     """A one-shot kernel on the state directory (no follower, workers or schedule), refused
-    when ``settings`` differ from the served ones; with the learning loop for ``grow``."""
+    when ``settings`` differ from the served ones (for a command that only reads, ``read_only``:
+    only when they name other stores); with the learning loop for ``grow``."""
     from ..compose import build_reef
-    from ..served_config import check_given
+    from ..served_config import LEARNING_KEYS, check_given
 
-    check_given(settings, force=force)
+    check_given(settings, force=force, keys=READ_KEYS if read_only else LEARNING_KEYS)
     return build_reef(settings, plugins, background=False, learning=learning)
 
 
 def say_via(server: Any, settings: Any, scenario: str) -> None:
-    """Say on stderr which server does the work (and, if the config given differs, that the
-    server's applies)."""
+    """Say on stderr which server does the work (and, if a config was given and differs, that
+    the server's applies; with none given the server's is the one used, nothing to note)."""
     from ..served_config import note_differences
 
     click.echo(f"{scenario}: sent to the running server at {server.url}", err=True)
-    note = note_differences(server.served, settings) if server.served else None
+    if not getattr(server, "config_given", True) or not server.served:
+        return
+    note = note_differences(server.served, settings)
     if note:
         click.echo(f"note: {note}", err=True)
 

@@ -54,7 +54,7 @@ def releases(config_file: str | None, scenario: str | None, as_json: bool, url: 
         say_via(server, settings, scenario)
         rows = server.releases(scenario)
     else:
-        reef = local_kernel(settings, plugins, force=force)
+        reef = local_kernel(settings, plugins, force=force, read_only=True)
         try:
             reef.releases.chain.reconcile()
             rows = [to_json(r) for r in reef.store.list_releases(scenario)]

@@ -1,15 +1,19 @@
 """How ``reef grow``, ``reef rollback`` and ``reef releases`` reach a running server.
 
-The server is, in this order: the one ``--url`` (or ``REEF_URL``) names; the one the state
-directory's ``served-config.json`` says runs, when its process is alive on this machine and
-its URL answers ``/healthz``; otherwise none, and the command acts on the state directory
-itself (``reef_core.served_config.check_given`` guards that). The token is ``--token`` (or
-``REEF_TOKEN``), else an admin token of the configuration given.
+The server is, in this order: the one ``--url`` (or ``REEF_URL``) names; the one the
+``served-config.json`` that ``common.load_served`` picks says runs (that of the server last
+started in this directory when no config is given, else the configured state directory's),
+when its process is alive on this machine and its URL answers ``/healthz``; otherwise none,
+and the command acts on the state directory itself (``reef_core.served_config.check_given``
+guards that). The token is ``--token`` (or
+``REEF_TOKEN``), else an admin token of the configuration used.
 
 Errors the server answers are printed with its own message. Exit codes: 2 when the caller
 must change how it calls (401, 403 and other 4xx: a wrong token, role or request), 1 for the
-rest (404 an unknown release or scenario, 409 a step already running, 5xx, a server that
-cannot be reached) — as the same failures exit when acting locally.
+rest (404 an unknown release or scenario, 409 a step already running, 5xx) — as the same
+failures exit when acting locally; 2 as well for a server named that cannot be reached: the
+command cannot do what was asked, and answering from another state could be a wrong empty
+answer.
 """
 
 from __future__ import annotations
@@ -23,17 +27,18 @@ from ..errors import ReefError
 from ..served_config import ServedConfig
 
 #: how long finding a server may take: ``/healthz`` answers at once when it runs
-PROBE_TIMEOUT_S = 2.0
+PROBE_TIMEOUT_S = 5.0
 
 
 class ServerError(ReefError):
     """The server refused a command or could not be reached; ``exit_code`` by status."""
 
-    def __init__(self, message: str, *, status: int | None = None, body: Any = None):
+    def __init__(self, message: str, *, status: int | None = None, body: Any = None, unreachable: bool = False):
         super().__init__(message)
         self.status = status
         self.body = body
-        self.exit_code = 2 if status is not None and 400 <= status < 500 and status not in (404, 409) else 1
+        refused = status is not None and 400 <= status < 500 and status not in (404, 409)
+        self.exit_code = 2 if refused or unreachable else 1
 
 
 def _message(response: httpx.Response) -> str:
@@ -55,6 +60,8 @@ class RemoteReef:
 
     def __init__(self, url: str, token: str | None, *, found_by: str, served: ServedConfig | None = None):
         self.url = url.rstrip("/")
+        #: whether the command was given overrides or a config file (``common.say_via`` notes a difference then)
+        self.config_given = True
         self.token = token
         #: how the server was found (``--url``, ``served-config.json``), for messages
         self.found_by = found_by
@@ -70,7 +77,7 @@ class RemoteReef:
                 response = client.request(method, path, json=json)
         except httpx.HTTPError as exc:
             raise ServerError(f"cannot reach the Reef server at {self.url} (from {self.found_by}): "
-                              f"{type(exc).__name__}: {exc}") from None
+                              f"{type(exc).__name__}: {exc}", unreachable=True) from None
         if response.status_code >= 400 and response.status_code not in ok_statuses:
             raise ServerError(f"the server at {self.url} answered {response.status_code}: {_message(response)}",
                               status=response.status_code)
@@ -147,13 +154,24 @@ def _answers(url: str) -> bool:
         return False
 
 
-def find_server(settings: Any, *, url: str | None, token: str | None) -> RemoteReef | None:
-    """The running server the command goes to, or None to act on the state directory."""
+def find_server(settings: Any, *, url: str | None, token: str | None,
+                served: ServedConfig | None = None) -> RemoteReef | None:
+    """The running server the command goes to, or None to act on the state directory.
+
+    ``served`` is the record to look at (``common.load_served`` picks it), else the state
+    directory's. A server named by ``url`` is used as is: when it cannot be reached, the
+    command says so (exit 2) rather than answer from some other state."""
     if token is None:
         token = next((t.token for t in settings.auth.tokens if t.role == "admin"), None)
     if url:
         return RemoteReef(url, token, found_by="--url / REEF_URL")
-    served = ServedConfig.read(settings.state_dir)
-    if served is None or not served.url or not served.server_alive() or not _answers(served.url):
+    if served is None:
+        served = ServedConfig.read(settings.state_dir)
+    if served is None or not served.server_alive():
+        return None
+    if not served.url or not _answers(served.url):
+        # port 0 or a test server (no URL), or a process that is not it (a pid reused) or does
+        # not answer yet: act on the state, which is safe next to a server (compare-and-swap,
+        # consumption) and, with the served config, reads what the server would answer
         return None
     return RemoteReef(served.url, token, found_by=str(served.path), served=served)

@@ -39,7 +39,9 @@ def serve(config_file: str | None, print_cfg: str | None, overrides: tuple[str, 
         click.echo(masked_yaml(cfg), nl=False)
         return
     from ..serve.runner import run_server
+    from ..served_config import record_composition
 
+    record_composition(config_file, overrides)  # a command run here with no arguments composes it again
     run_server(settings, plugins)
 
 

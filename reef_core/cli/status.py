@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from .common import config_option, friendly, load, load_with_server, local_kernel, say_via, server_options
+from .common import config_option, friendly, load_served, load_with_server, local_kernel, say_via, server_options
 
 #: candidates per scenario ``reef status`` shows
 LAST_CANDIDATES = 3
@@ -124,7 +124,7 @@ def status(config_file: str | None, only: tuple[str, ...], as_json: bool, url: s
         click.echo(f"status of the running server at {server.url}", err=True)
         rows = _remote_status(server, list(only) or server.scenario_names())
     else:
-        reef = local_kernel(settings, plugins, force=force, learning=True)
+        reef = local_kernel(settings, plugins, force=force, read_only=True, learning=True)
         try:
             names = list(only) or sorted({*reef.learning.configured_scenarios(), *reef.store.scenario_names()})
             rows = _local_status(reef, names)
@@ -167,7 +167,7 @@ def doctor(config_file: str | None, as_json: bool, overrides: tuple[str, ...]) -
     Exits 1 when a required check fails."""
     from ..doctor import run_checks
 
-    _cfg, settings, plugins = load(overrides, config_file)
+    settings, plugins, _served = load_served(overrides, config_file)  # the served config, when none is given
     checks = run_checks(settings, plugins)
     if as_json:
         click.echo(json.dumps([c.to_dict() for c in checks], indent=2))

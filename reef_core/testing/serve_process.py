@@ -43,7 +43,9 @@ class ServeProcess:
     that admin token and the clients send it, without one auth is off (the server binds
     loopback only, ``reef_core.serve.auth``). ``overrides`` follow the file on the command line
     (``runtime=local``, ``recipe=sao`` …). ``env`` adds variables to the child's environment
-    unless this process already sets them (a thread split such as ``OMP_NUM_THREADS``);
+    unless this process already sets them (a thread split such as ``OMP_NUM_THREADS``,
+    ``REEF_SERVERS_DIR``: by default the child's own, so a test's server is not recorded as the
+    one of the directory the tests run in); ``cwd`` is the child's working directory;
     ``REEF_URL`` and ``REEF_TOKEN`` are never passed on and the Hugging Face hub is offline.
     ``scenario`` goes as ``x-reef-scenario`` on every request of ``http`` and ``openai``.
     A failed start raises ``error`` with a message that begins with ``label`` and ends with the
@@ -54,7 +56,7 @@ class ServeProcess:
                  port: int | None = None, token: str | None = None, scenario: str | None = None,
                  env: Mapping[str, str] | None = None, label: str = "the server",
                  error: type[Exception] = RuntimeError, ready_timeout: float = 300.0,
-                 http_timeout: float = 300.0):
+                 http_timeout: float = 300.0, cwd: Path | None = None):
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port() if port is None else port
@@ -64,6 +66,9 @@ class ServeProcess:
         self.error = error
         self.ready_timeout = ready_timeout
         self.env = dict(env or {})
+        #: the child's working directory (default: this process's), where the CLI run with no
+        #: arguments finds it (``reef_core.served_dirs``)
+        self.cwd = cwd
         config = dict(config)
         if token is not None:
             config["auth"] = {"tokens": [{"token": token, "role": "admin", "scenarios": None}]}
@@ -97,11 +102,14 @@ class ServeProcess:
         env = {k: v for k, v in os.environ.items() if k not in ("REEF_URL", "REEF_TOKEN")}
         env.setdefault("HF_HUB_OFFLINE", "1")
         env.setdefault("TRANSFORMERS_OFFLINE", "1")
+        # which directory serves which state is recorded per user: a test's child records it in
+        # its own directory unless the test names one (to run the CLI against it)
+        env.setdefault("REEF_SERVERS_DIR", str(self.dir / "servers"))
         for name, value in self.env.items():
             env.setdefault(name, value)
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True)
+                                         start_new_session=True, cwd=self.cwd)
 
     def wait_ready(self, timeout: float | None = None) -> None:
         """Wait until ``/readyz`` answers 200 and ``/v1/models`` names the model; ``error``

@@ -1,0 +1,101 @@
+"""The CLI run with no arguments in the directory where ``reef serve`` was started (with
+overrides: another state directory, recipe, upstream and default scenario) talks to that
+server and uses its configuration, silently; stopped, the same commands read its state with
+its configuration; a server named but not reachable is exit 2 with one clear line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from loop.conftest import GOOD_FEEDBACK, ask, capital_model, feedback_rules_config, report
+
+from reef_core.testing import FakeUpstream
+from reef_core.testing.serve_process import ServeProcess, free_port
+
+CONFIG = feedback_rules_config(batch_size=1, loop_enabled=False, evaluator={"name": "always"})
+
+
+def _reef(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k not in ("REEF_URL", "REEF_TOKEN", "REEF_UPSTREAM_URL")}
+    return subprocess.run([sys.executable, "-m", "reef_core", *args], capture_output=True, text=True, cwd=cwd,
+                          env={**environ, **env}, timeout=120)
+
+
+def _silent(done: subprocess.CompletedProcess) -> None:
+    assert done.returncode == 0, done.stderr
+    assert "note:" not in done.stderr and "given" not in done.stderr, done.stderr
+
+
+def test_commands_run_where_the_server_was_started_use_it_and_its_config(tmp_path):
+    here = tmp_path / "project"
+    with FakeUpstream("openai", capital_model) as up:
+        server = ServeProcess(here, CONFIG, [f"runtime.upstream_url={up.url}", "runtime.model=fake-model",
+                                             "server.default_scenario=demo", "server.log_level=warning"],
+                              cwd=here, ready_timeout=120)
+        with server:
+            receipt = ask(server.http, "What is the capital of Japan?", scenario="demo").headers[
+                "x-reef-agent-record-id"]
+            report(server.http, [receipt], score=0.0, feedback=GOOD_FEEDBACK, scenario="demo")
+            grown = _reef(here, "grow")
+            _silent(grown)
+            assert grown.stdout.startswith("demo: published"), grown.stdout
+
+            listed = _reef(here, "releases", "--json")
+            _silent(listed)
+            [release] = json.loads(listed.stdout)
+            assert f"sent to the running server at {server.url}" in listed.stderr
+            table = _reef(here, "releases")
+            _silent(table)
+            assert release["release_id"] in table.stdout and "no releases" not in table.stdout
+
+            status = _reef(here, "status", "--json")
+            _silent(status)
+            [row] = [r for r in json.loads(status.stdout) if r["scenario"] == "demo"]
+            assert row["serving_release_id"] == release["release_id"]
+
+            records = _reef(here, "records", "list")
+            _silent(records)
+            assert receipt in records.stdout
+
+            doctor = _reef(here, "doctor", "--json")
+            assert "note:" not in doctor.stderr
+            [runtime] = [c for c in json.loads(doctor.stdout) if c["name"].startswith("runtime")]
+            assert runtime["status"] == "ok", runtime
+        assert not server.running()
+
+        # stopped: the state it served, read with its configuration (not an empty default one)
+        listed = _reef(here, "releases", "--json")
+        _silent(listed)
+        assert [r["release_id"] for r in json.loads(listed.stdout)] == [release["release_id"]]
+        status = _reef(here, "status", "--json")
+        _silent(status)
+        assert any(r["scenario"] == "demo" and r["serving_release_id"] == release["release_id"]
+                   for r in json.loads(status.stdout))
+        assert receipt in _reef(here, "records", "list").stdout
+
+    # a server named that does not answer: exit 2, one line saying so
+    dead = f"http://127.0.0.1:{free_port()}"
+    for command in (["releases"], ["status"], ["grow"]):
+        done = _reef(here, *command, REEF_URL=dead)
+        assert done.returncode == 2, (command, done.stdout, done.stderr)
+        assert done.stderr.strip().splitlines()[-1].startswith(f"Error: cannot reach the Reef server at {dead}")
+        assert done.stdout == ""
+
+
+def test_a_read_only_command_given_another_runtime_reads_the_served_state(tmp_path):
+    """Overrides that differ from the served config in what does not decide where the state is
+    (here the runtime) do not stop ``releases`` or ``status`` reading it."""
+    here = tmp_path / "project"
+    with FakeUpstream("openai", capital_model) as up:
+        with ServeProcess(here, CONFIG, [f"runtime.upstream_url={up.url}", "runtime.model=fake-model",
+                                         "server.log_level=warning"],
+                          cwd=here, ready_timeout=120):
+            pass
+    state = f"server.state_dir={here / 'state'}"
+    for command in ("releases", "status"):
+        done = _reef(here, command, "-c", str(here / "reef.yaml"), state, "runtime.upstream_url=http://127.0.0.1:9")
+        assert done.returncode == 0, done.stderr
