@@ -19,7 +19,13 @@ opencode   ``AGENTS.md``                               ``.opencode/skills/<name>
 
 No token is written into any of these files (a project may commit them): each agent reads it
 from ``REEF_TOKEN`` when it runs. ``reef agent run`` adds ``x-reef-session`` (from
-``REEF_SESSION``) so one run's turns form one session.
+``REEF_SESSION``) so one run's turns form one session. Each agent's settings send
+``x-reef-installed-release`` with the release installed: while that release serves, Reef does
+not inject its harness again (the agent already sends it from its instructions file).
+
+The three live side by side in one project: each adapter keeps its own manifest and record
+(``.reef-harness-<adapter>.sha256``, ``.reef-harness-<adapter>-release``), and Codex and
+opencode, which both read ``AGENTS.md``, render it identically from the same release.
 """
 
 from __future__ import annotations
@@ -33,6 +39,20 @@ from ..commit.harness import HarnessBundle, HarnessFile
 from ..hookspecs import hookimpl
 from .harness_files import FilesAdapter
 
+#: the agents that read ``AGENTS.md`` (it must be the same file for each)
+SHARED_AGENTS = ("codex", "opencode")
+
+
+def installed_headers(bundle: HarnessBundle) -> dict[str, str]:
+    """The headers every request of an agent installed from ``bundle`` carries: its scenario,
+    and the release it installed (``x-reef-installed-release``; none before the first release)."""
+    from ..commit.harness import NO_RELEASE
+
+    headers = {"x-reef-scenario": bundle.scenario}
+    if bundle.release_id and bundle.release_id != NO_RELEASE:
+        headers["x-reef-installed-release"] = bundle.release_id
+    return headers
+
 
 def _text(bundle: HarnessBundle, path: str) -> str:
     found = next((f for f in bundle.files if f.path == path), None)
@@ -42,15 +62,18 @@ def _text(bundle: HarnessBundle, path: str) -> str:
 def instructions(bundle: HarnessBundle, agent: str) -> str:
     """The release's system prompt and rules as one instructions file, ending with the release
     it came from (a plain line, not a comment: agents strip HTML comments, and the line is how a
-    record shows which installed release the agent was working from)."""
+    record shows which installed release the agent was working from). ``AGENTS.md`` is shared by
+    Codex and opencode, so its text names no one agent: either's install writes the same bytes."""
     parts = []
     system, rules = _text(bundle, "system.md"), _text(bundle, "rules.md")
     if system:
         parts.append(system)
     if rules:
         parts.append("# Rules\n\n" + rules)
+    update = "`reef agent update codex` or `reef agent update opencode`" if agent in SHARED_AGENTS \
+        else f"`reef agent update {agent}`"
     parts.append(f"Installed by Reef from scenario {bundle.scenario}, release {bundle.release_id} "
-                 f"(`reef agent update {agent}` installs newer releases).")
+                 f"({update} installs newer releases).")
     return "\n\n".join(parts) + "\n"
 
 
@@ -70,6 +93,15 @@ class AgentAdapter(FilesAdapter):
     (``settings``)."""
 
     default_dest = "."
+
+    @property
+    def manifest(self) -> str:  # type: ignore[override]
+        return f".reef-harness-{self.adapter_name}.sha256"
+
+    @property
+    def sidecar(self) -> str:  # type: ignore[override]
+        return f".reef-harness-{self.adapter_name}-release"
+
     #: the agent's command
     binary = ""
     #: the file the agent reads its project instructions from
@@ -106,7 +138,7 @@ class ClaudeAdapter(AgentAdapter):
 
     def settings(self, bundle: HarnessBundle) -> dict[str, str]:
         env = {"ANTHROPIC_BASE_URL": bundle.base_url,
-               "ANTHROPIC_CUSTOM_HEADERS": f"x-reef-scenario: {bundle.scenario}"}
+               "ANTHROPIC_CUSTOM_HEADERS": "\n".join(f"{k}: {v}" for k, v in installed_headers(bundle).items())}
         if bundle.model:
             env["ANTHROPIC_MODEL"] = bundle.model
             env["ANTHROPIC_SMALL_FAST_MODEL"] = bundle.model
@@ -140,7 +172,8 @@ class CodexAdapter(AgentAdapter):
             f"base_url = {_toml(bundle.base_url + '/v1')}",
             'wire_api = "responses"',
             'env_key = "REEF_TOKEN"',
-            f"http_headers = {{ \"x-reef-scenario\" = {_toml(bundle.scenario)} }}",
+            "http_headers = { " + ", ".join(f"{_toml(k)} = {_toml(v)}"
+                                            for k, v in installed_headers(bundle).items()) + " }",
             'env_http_headers = { "x-reef-session" = "REEF_SESSION" }',
         ]
         return {".codex/config.toml": "\n".join(lines) + "\n"}
@@ -162,7 +195,7 @@ class OpencodeAdapter(AgentAdapter):
             "provider": {"reef": {
                 "npm": "@ai-sdk/openai-compatible", "name": "Reef",
                 "options": {"baseURL": bundle.base_url + "/v1", "apiKey": "{env:REEF_TOKEN}",
-                            "headers": {"x-reef-scenario": bundle.scenario, "x-reef-session": "{env:REEF_SESSION}"}},
+                            "headers": {**installed_headers(bundle), "x-reef-session": "{env:REEF_SESSION}"}},
                 "models": {model: {"name": model}},
             }},
             "model": f"reef/{model}",

@@ -5,7 +5,8 @@ writes the tree into DEST (default ``$REEF_HARNESS_DIR``, else ``./reef-harness`
 script carries every file inline (no callback to the server, no token), and:
 
 0. checks every path that either manifest names — its own payload, and the
-   ``.reef-harness.sha256`` a previous install left in DEST — before touching anything: a
+   manifest a previous install left in DEST (``.reef-harness.sha256``; each agent adapter
+   keeps its own, ``.reef-harness-<adapter>.sha256``) — before touching anything: a
    path must be relative, made of parts like Reef's artifact names (no ``..``, ``.``,
    empty or dot-leading parts, no odd characters), and reach no symbolic link inside DEST.
    Any bad path refuses the whole install, with nothing changed: the old manifest is a
@@ -16,10 +17,12 @@ script carries every file inline (no callback to the server, no token), and:
    is touched;
 2. exits without writing when DEST already holds exactly this release ("already current");
 3. refuses to overwrite a file changed since the last install (or present but not
-   installed by it) unless ``REEF_HARNESS_FORCE=1``;
+   installed by it) unless ``REEF_HARNESS_FORCE=1`` — a file that already holds what this
+   release installs is not a change;
 4. installs each file atomically (temp file + rename), removes files the previous
-   release had and this one does not, records ``.reef-harness.sha256`` (``sha256sum -c``
-   format) and ``.reef-harness-release``, and verifies DEST against the checksums.
+   release had and this one does not, records the manifest (``sha256sum -c`` format) and
+   ``.reef-harness-release`` (``.reef-harness-<adapter>-release``), and verifies DEST
+   against the checksums.
 
 Checksums use ``sha256sum``, ``shasum -a 256`` or ``openssl``, whichever exists.
 """
@@ -101,8 +104,8 @@ REEF_SUMS
 }
 check_manifest "$SUMS" "this installer" "it is damaged or was tampered with; download it again"
 OLD=
-[ -f "$DEST/.reef-harness.sha256" ] && OLD=$(cat "$DEST/.reef-harness.sha256")
-check_manifest "$OLD" "$DEST/.reef-harness.sha256" "repair or delete that file and re-run"
+[ -f "$DEST/@MANIFEST@" ] && OLD=$(cat "$DEST/@MANIFEST@")
+check_manifest "$OLD" "$DEST/@MANIFEST@" "repair or delete that file and re-run"
 
 # 1. the payload must be exactly what the server generated
 while read -r sum path; do
@@ -115,7 +118,7 @@ REEF_SUMS
 
 # 2. nothing to do when DEST holds exactly this release
 current=yes
-[ -f "$DEST/.reef-harness.sha256" ] && [ "$(cat "$DEST/.reef-harness.sha256")" = "$SUMS" ] || current=no
+[ -f "$DEST/@MANIFEST@" ] && [ "$(cat "$DEST/@MANIFEST@")" = "$SUMS" ] || current=no
 if [ "$current" = yes ]; then
   while read -r sum path; do
     [ -n "$path" ] || continue
@@ -129,11 +132,22 @@ if [ "$current" = yes ]; then
   exit 0
 fi
 
-# 3. never overwrite local changes silently
+# 3. never overwrite local changes silently. A file that already holds what this release
+#    installs is no local change: another adapter sharing DEST (AGENTS.md, for Codex and
+#    opencode) may have written it since.
+new_sum() {
+  while read -r _sum _path; do
+    [ "$_path" = "$1" ] && { printf '%s' "$_sum"; return 0; }
+  done <<REEF_SUMS
+$SUMS
+REEF_SUMS
+  return 0
+}
 if [ "${REEF_HARNESS_FORCE:-0}" != 1 ]; then
   while read -r sum path; do
     [ -n "$path" ] && [ -f "$DEST/$path" ] || continue
-    [ "$(sha "$DEST/$path")" = "$sum" ] \
+    _now=$(sha "$DEST/$path")
+    [ "$_now" = "$sum" ] || [ "$_now" = "$(new_sum "$path")" ] \
       || fail "$DEST/$path was changed since it was installed; keep a copy and re-run with REEF_HARNESS_FORCE=1 to replace it"
   done <<REEF_SUMS
 $OLD
@@ -173,11 +187,11 @@ done <<REEF_SUMS
 $OLD
 REEF_SUMS
 # written beside and renamed into place, so a symbolic link at either name is replaced, not followed
-rm -f "$DEST/.reef-harness.sha256.reef-tmp" "$DEST/.reef-harness-release.reef-tmp"
-printf '%s\n' "$SUMS" > "$DEST/.reef-harness.sha256.reef-tmp" &&
-  mv -f "$DEST/.reef-harness.sha256.reef-tmp" "$DEST/.reef-harness.sha256"
+rm -f "$DEST/@MANIFEST@.reef-tmp" "$DEST/@SIDECAR@.reef-tmp"
+printf '%s\n' "$SUMS" > "$DEST/@MANIFEST@.reef-tmp" &&
+  mv -f "$DEST/@MANIFEST@.reef-tmp" "$DEST/@MANIFEST@"
 printf 'release_id=%s\ncontent_hash=%s\nscenario=%s\n' "$RELEASE" "$CONTENT" "$SCENARIO" \
-  > "$DEST/.reef-harness-release.reef-tmp" && mv -f "$DEST/.reef-harness-release.reef-tmp" "$DEST/.reef-harness-release"
+  > "$DEST/@SIDECAR@.reef-tmp" && mv -f "$DEST/@SIDECAR@.reef-tmp" "$DEST/@SIDECAR@"
 while read -r sum path; do
   [ -n "$path" ] || continue
   [ "$(sha "$DEST/$path")" = "$sum" ] || fail "verification failed for $DEST/$path after installing"
@@ -222,6 +236,10 @@ class FilesAdapter(HarnessAdapter):
     config_dirs: tuple[str, ...] = ()
     #: shown by ``reef harness adapters``
     description = "the release's harness tree as it is (system.md, rules.md, skills/<name>/SKILL.md)"
+    #: the installer's records in DEST: what it installed (``sha256sum -c`` format) and from
+    #: which release; an adapter that shares DEST with others keeps its own (``harness_agents``)
+    manifest = ".reef-harness.sha256"
+    sidecar = ".reef-harness-release"
 
     def render(self, bundle: HarnessBundle) -> str:
         for f in bundle.files:  # Reef made these paths; an installer must never carry a bad one
@@ -252,7 +270,8 @@ class FilesAdapter(HarnessAdapter):
             out += _write_file(f.path, f.data)
         # a case pattern that no path reaching it can match ("/": absolute paths are refused first)
         config_dirs = "|".join(f"{d}/*" for d in self.config_dirs) or "/"
-        out.append(_INSTALL.replace("@NAME_CHARS@", _NAME_CHARS).replace("@CONFIG_DIRS@", config_dirs))
+        out.append(_INSTALL.replace("@NAME_CHARS@", _NAME_CHARS).replace("@CONFIG_DIRS@", config_dirs)
+                   .replace("@MANIFEST@", self.manifest).replace("@SIDECAR@", self.sidecar))
         return "\n".join(out)
 
 

@@ -34,8 +34,8 @@ if TYPE_CHECKING:
     import httpx
 
 DEFAULT_URL = "http://127.0.0.1:8900"
-#: the installer's record of what it installed (``reef_core.builtins.harness_files``)
-SIDECAR = ".reef-harness-release"
+#: the cache ``scripts/agent-clis.sh`` installs the pinned agent CLIs in (``REEF_AGENT_CLI_DIR``)
+AGENT_CLI_DIR = "~/.cache/reef-agents/npm"
 
 _url = click.option("--url", envvar="REEF_URL", show_envvar=True,
                     help=f"The Reef server (default: the one this machine runs, else {DEFAULT_URL}).")
@@ -96,9 +96,16 @@ def _request(method: str, url: str, *, headers: dict[str, str], attempts: int = 
     raise AssertionError("unreachable")
 
 
-def installed(directory: Path) -> dict[str, str]:
-    """What the installer recorded in ``directory`` (release_id, content_hash, scenario), or {}."""
-    path = directory / SIDECAR
+def sidecar(name: str) -> str:
+    """The file agent ``name``'s installer records its release in (each adapter its own, so
+    Claude Code, Codex and opencode live side by side in one project)."""
+    return f".reef-harness-{name}-release"
+
+
+def installed(directory: Path, name: str) -> dict[str, str]:
+    """What agent ``name``'s installer recorded in ``directory`` (release_id, content_hash,
+    scenario), or {} when it is not installed there."""
+    path = directory / sidecar(name)
     if not path.is_file():
         return {}
     pairs = (line.partition("=") for line in path.read_text(encoding="utf-8").splitlines())
@@ -142,31 +149,53 @@ def _state_file(directory: Path) -> Path:
     return home / "reef" / "agent-runs" / f"{key}.json"
 
 
-def _agent_command(name: str, binary: str, scenario: str, session: str, args: list[str]) -> list[str]:
-    if name == "claude":  # layered over .claude/settings.json: adds the session header for this run
+def agent_binary(binary: str) -> str:
+    """``binary`` as found on ``PATH``, else in the cache of pinned agent CLIs that
+    ``scripts/agent-clis.sh`` fills (``$REEF_AGENT_CLI_DIR``, default ``~/.cache/reef-agents/npm``:
+    its ``node_modules/.bin``), else as given (running it then says it is missing)."""
+    import shutil
+
+    if os.sep in binary or shutil.which(binary):
+        return binary
+    cache = Path(os.environ.get("REEF_AGENT_CLI_DIR") or AGENT_CLI_DIR).expanduser() / "node_modules" / ".bin"
+    cached = cache / binary
+    return str(cached) if cached.is_file() and os.access(cached, os.X_OK) else binary
+
+
+def _agent_command(name: str, binary: str, scenario: str, session: str, args: list[str],
+                   release_id: str | None = None) -> list[str]:
+    if name == "claude":  # layered over .claude/settings.json, whose headers it replaces: adds the session
         headers = f"x-reef-scenario: {scenario}\nx-reef-session: {session}"
+        if release_id:
+            headers += f"\nx-reef-installed-release: {release_id}"
         return [binary, "--settings", json.dumps({"env": {"ANTHROPIC_CUSTOM_HEADERS": headers}}), *args]
     return [binary, *args]
 
 
 def run(name: str, directory: Path, args: list[str], *, url: str, scenario: str | None,
         binary: str | None = None) -> dict[str, Any]:
-    """Run agent ``name`` in ``directory`` as one session; the run (session, receipts, exit code)."""
+    """Run agent ``name`` in ``directory`` as one session; the run (session, receipts, exit code).
+    Refused, before anything starts, when ``name`` is not installed there."""
+    from ..commit.harness import NO_RELEASE
+
     cls = _agent_adapter(name)
-    scenario = scenario or installed(directory).get("scenario")
-    if not scenario:
-        raise AgentError(f"{directory} has no Reef harness installed; run `reef agent install {name} {directory}`")
+    have = installed(directory, name)
+    if not have:
+        raise AgentError(f"{name} is not installed in {directory}: run `reef agent install {name} {directory}` first")
+    scenario = scenario or have.get("scenario")
     session = f"{name}-{uuid.uuid4().hex[:16]}"
     # PWD too: opencode takes its project directory from $PWD, not from the process's cwd
     env = {**os.environ, "REEF_SESSION": session, "REEF_TOKEN": os.environ.get("REEF_TOKEN") or "none",
            "PWD": str(directory.resolve())}
     if name == "codex":
         env.setdefault("CODEX_HOME", str((directory / ".codex").resolve()))
-    command = _agent_command(name, binary or cls.binary, scenario, session, args)
+    release_id = have.get("release_id") if have.get("release_id") != NO_RELEASE else None
+    command = _agent_command(name, binary or agent_binary(cls.binary), scenario, session, args, release_id)
     try:
         code = subprocess.call(command, cwd=directory, env=env)
     except FileNotFoundError:
-        raise AgentError(f"{command[0]!r} is not installed or not on PATH (--bin names it)") from None
+        raise AgentError(f"{command[0]!r} is not installed: not on PATH nor in {AGENT_CLI_DIR}/node_modules/.bin "
+                         "(scripts/agent-clis.sh installs the pinned CLIs there; --bin names another)") from None
     page = _request("GET", f"{url}/reef/scenarios/{quote(scenario, safe='')}/records",
                     params={"session": session, "order": "oldest", "limit": 500},
                     headers=_headers(scenario), attempts=3).json()
@@ -202,7 +231,7 @@ def update(name: str, directory: Path, *, url: str, scenario: str | None) -> str
     """Re-install when the scenario serves a release other than the installed one."""
     from ..commit.harness import NO_RELEASE
 
-    have = installed(directory)
+    have = installed(directory, name)
     scenario = scenario or have.get("scenario")
     head = _request("GET", f"{url}/reef/harness", headers=_headers(scenario), attempts=3, accept=(404,))
     serving = head.headers.get("x-reef-release-id") if head.status_code == 200 else NO_RELEASE
@@ -258,7 +287,8 @@ def install_cmd(name: str, directory: Path, url: str | None, scenario: str | Non
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option("-d", "--dir", "directory", default=".", type=click.Path(file_okay=False, path_type=Path),
               help="The project the harness is installed in (default: here).")
-@click.option("--bin", "binary", help="The agent's command (default: its usual name on PATH).")
+@click.option("--bin", "binary", help="The agent's command (default: its usual name on PATH, else in "
+                                      f"{AGENT_CLI_DIR}/node_modules/.bin, where scripts/agent-clis.sh puts it).")
 @_url
 @_scenario
 @friendly

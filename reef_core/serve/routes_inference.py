@@ -29,6 +29,10 @@ _MAX_TAGS = 32
 
 _infer = Depends(require_role("infer"))
 
+#: the release whose harness the client installed (``reef agent install`` writes it into the
+#: agent's settings): when it is the one serving, Reef does not inject that harness again
+INSTALLED_HEADER = "x-reef-installed-release"
+
 _REEF_HEADERS_DOC = {
     "x-reef-agent-record-id": {"description": "The receipt: id of the record of this request.",
                                "schema": {"type": "string"}},
@@ -197,7 +201,11 @@ async def _serve(request: Request, principal: Principal, dialect: str, route: st
     reef = state.reef
     body = reef.resolve_model(body)  # an alias becomes the served name; an unserved name is 404 model_not_found
     release = reef.serving_release(scenario)  # frozen for the whole request
-    prepared = reef.prepare_body(scenario, body, dialect, release)
+    # a client that installed this very release (an agent's instructions file) already sends it
+    if release is not None and request.headers.get(INSTALLED_HEADER, "").strip() == release.release_id:
+        prepared = body
+    else:
+        prepared = reef.prepare_body(scenario, body, dialect, release)
     state.scenarios.admit(scenario)  # 403 past server.max_scenarios, or when closed (server.scenarios_open)
     ex = Exchange(route=route, dialect=dialect, scenario=scenario, session=session, tags=tags,
                   record_id=new_id("rec"), release=release, body=prepared, stream=streamed,

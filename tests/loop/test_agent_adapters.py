@@ -44,13 +44,13 @@ def test_installer_writes_the_agent_layout(tmp_path, monkeypatch, adapter, instr
     config = tomllib.loads(raw) if settings.endswith(".toml") else json.loads(raw)
     if adapter is ClaudeAdapter:
         assert config["env"]["ANTHROPIC_BASE_URL"] == "http://reef.test:8900"
-        assert config["env"]["ANTHROPIC_CUSTOM_HEADERS"] == "x-reef-scenario: agents"
+        assert config["env"]["ANTHROPIC_CUSTOM_HEADERS"] == "x-reef-scenario: agents\nx-reef-installed-release: rel_1"
         assert config["env"]["ANTHROPIC_MODEL"] == "served-model"
     elif adapter is CodexAdapter:
         provider = config["model_providers"]["reef"]
         assert config["model_provider"] == "reef" and config["model"] == "served-model"
         assert provider["base_url"] == "http://reef.test:8900/v1" and provider["wire_api"] == "responses"
-        assert provider["http_headers"] == {"x-reef-scenario": "agents"}
+        assert provider["http_headers"] == {"x-reef-scenario": "agents", "x-reef-installed-release": "rel_1"}
         assert provider["env_http_headers"] == {"x-reef-session": "REEF_SESSION"}
     else:
         options = config["provider"]["reef"]["options"]
@@ -81,3 +81,66 @@ def test_only_the_agents_own_dot_directory_is_allowed(tmp_path):
             FilesAdapter.render(claude, _one(path))
     with pytest.raises(Exception, match="unsafe file path"):
         FilesAdapter().render(_one(".claude/x"))
+
+
+def _release(release_id: str, rules: str) -> HarnessBundle:
+    files = {"system.md": "You are careful.\n", "rules.md": rules,
+             "skills/triage/SKILL.md": "---\nname: triage\ndescription: sort bugs\n---\nSteps.\n"}
+    return HarnessBundle(scenario="agents", release_id=release_id, content_hash=release_id,
+                         files=tuple(HarnessFile(p, d.encode(), hashlib.sha256(d.encode()).hexdigest())
+                                     for p, d in files.items()),
+                         base_url="http://reef.test:8900", model="served-model")
+
+
+def _install(tmp_path, adapter, bundle, project) -> subprocess.CompletedProcess:
+    script = tmp_path / f"{adapter.adapter_name}-{bundle.release_id}.sh"
+    script.write_text(adapter().render(bundle))
+    return subprocess.run(["sh", str(script), str(project)], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("order", [("claude", "codex", "opencode"), ("opencode", "claude", "codex")])
+def test_claude_codex_and_opencode_install_and_update_side_by_side(tmp_path, order):
+    """One project holds all three agents: each adapter keeps its own manifest and record, and
+    Codex and opencode share ``AGENTS.md`` (the same bytes from the same release), so updating
+    one of them first does not make the other's update refuse a 'changed' file."""
+    adapters = {a.adapter_name: a for a in (ClaudeAdapter, CodexAdapter, OpencodeAdapter)}
+    project = tmp_path / "project"
+    for release, rules in (("rel_1", "- Run the tests.\n"), ("rel_2", "- Run the tests.\n- Be brief.\n")):
+        for name in order:
+            done = _install(tmp_path, adapters[name], _release(release, rules), project)
+            assert done.returncode == 0, (release, name, done.stderr)
+            assert f"installed release {release}" in done.stdout
+        for name in order:
+            manifest = f".reef-harness-{name}.sha256"
+            assert subprocess.run(["sha256sum", "-c", manifest], cwd=project, capture_output=True).returncode == 0
+            assert f"release_id={release}\n" in (project / f".reef-harness-{name}-release").read_text()
+            again = _install(tmp_path, adapters[name], _release(release, rules), project)
+            assert again.returncode == 0 and "already current" in again.stdout, again.stderr
+        assert f"release {release}" in (project / "AGENTS.md").read_text()
+        assert f"release {release}" in (project / "CLAUDE.md").read_text()
+    assert not (project / ".reef-harness.sha256").exists()
+    # a local edit of the shared file is still a change for both
+    (project / "AGENTS.md").write_text("mine\n")
+    for name in ("codex", "opencode"):
+        edited = _install(tmp_path, adapters[name], _release("rel_3", "- x\n"), project)
+        assert edited.returncode == 1 and "AGENTS.md was changed since it was installed" in edited.stderr
+
+
+@pytest.mark.parametrize("adapter, settings", [(ClaudeAdapter, ".claude/settings.json"),
+                                               (CodexAdapter, ".codex/config.toml"),
+                                               (OpencodeAdapter, "opencode.json")])
+def test_each_agent_sends_the_release_it_installed(adapter, settings):
+    """``x-reef-installed-release`` names the installed release (so Reef does not inject it
+    again); before the first release there is none to name."""
+    def headers(bundle):
+        raw = next(f.data.decode() for f in adapter().layout(bundle).files if f.path == settings)
+        if adapter is ClaudeAdapter:
+            lines = json.loads(raw)["env"]["ANTHROPIC_CUSTOM_HEADERS"].splitlines()
+            return dict(line.split(": ", 1) for line in lines)
+        if adapter is CodexAdapter:
+            return tomllib.loads(raw)["model_providers"]["reef"]["http_headers"]
+        return json.loads(raw)["provider"]["reef"]["options"]["headers"]
+
+    assert headers(_release("rel_7", "- x\n"))["x-reef-installed-release"] == "rel_7"
+    assert headers(_release("rel_7", "- x\n"))["x-reef-scenario"] == "agents"
+    assert "x-reef-installed-release" not in headers(_release("none", "- x\n"))

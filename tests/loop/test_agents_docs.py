@@ -29,7 +29,7 @@ from .test_agents_headless import (
     agent_env,
     largest,
     receipts_of,
-    sent_by_agent,
+    sent_once,
     server_block,
 )
 
@@ -134,8 +134,8 @@ def test_agent_page_runs_as_written(tmp_path, agent):
                     assert all(r.status == "ok" and r.route == AGENTS[agent]["route"] for r in records)
                     assert len({r.session for r in records}) == 1
                     serving, block = server_block(client, scenario)
-                    sent = sent_by_agent(largest(records), block)
-                    assert serving == release and release in sent and FIRST_RULE in sent
+                    main = largest(records)
+                    assert serving == release and sent_once(main, block, release) and sent_once(main, block, FIRST_RULE)
                 elif step == "report":
                     assert f"on {len(receipts)} receipt(s)" in out.stdout
                     for receipt in receipts:

@@ -167,7 +167,7 @@ def test_an_agent_installed_before_the_first_release_is_pointed_at_reef_and_upda
             project.mkdir()
             out = cli_agent.install("claude", project, url=server.url, scenario="default")
             assert "installed release none" in out
-            assert cli_agent.installed(project)["release_id"] == "none"
+            assert cli_agent.installed(project, "claude")["release_id"] == "none"
             claude_settings = (project / ".claude" / "settings.json").read_text()
             assert server.url in claude_settings and "x-reef-scenario" in claude_settings
             assert "already current" in cli_agent.update("claude", project, url=server.url, scenario=None)
@@ -177,5 +177,5 @@ def test_an_agent_installed_before_the_first_release_is_pointed_at_reef_and_upda
             report(client, [r.headers["x-reef-agent-record-id"]], score=0.1, feedback=GOOD_FEEDBACK)
             head = wait_published(client, 1)[0]["release_id"]
             assert "installed release" in cli_agent.update("claude", project, url=server.url, scenario=None)
-            assert cli_agent.installed(project)["release_id"] == head
+            assert cli_agent.installed(project, "claude")["release_id"] == head
             assert GOOD_FEEDBACK in (project / "CLAUDE.md").read_text()
