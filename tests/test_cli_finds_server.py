@@ -61,6 +61,10 @@ def test_commands_run_where_the_server_was_started_use_it_and_its_config(tmp_pat
             _silent(records)
             assert receipt in records.stdout
 
+            installed = _reef(here, "agent", "install", "claude", str(here / "agent-project"))
+            assert installed.returncode == 0 and "installed release" in installed.stdout, installed.stderr
+            assert server.url in (here / "agent-project" / ".claude" / "settings.json").read_text()
+
             doctor = _reef(here, "doctor", "--json")
             assert "note:" not in doctor.stderr
             [runtime] = [c for c in json.loads(doctor.stdout) if c["name"].startswith("runtime")]

@@ -7,7 +7,8 @@ the receipts that session produced and keeps them; ``report`` sends one report q
 last run's receipts (its ``report_id`` is the session's, so a retry never reports twice);
 ``update`` re-installs when the scenario serves a newer release than the one installed.
 
-The server is ``--url`` (``REEF_URL``), else the one this machine's state directory says runs,
+The server is ``--url`` (``REEF_URL``), else the running one the other commands find (the one
+started in this directory, else the configured state directory's: ``common.load_served``),
 else ``http://127.0.0.1:8900``. The token is ``REEF_TOKEN``: passed to the agent through its
 environment, never written into the project's files.
 """
@@ -28,7 +29,7 @@ from urllib.parse import quote
 
 import click
 
-from .common import friendly, load
+from .common import friendly, load_served
 
 if TYPE_CHECKING:
     import httpx
@@ -50,11 +51,13 @@ class AgentError(click.ClickException):
 def _server_url(url: str | None) -> str:
     if url:
         return url.rstrip("/")
-    try:
-        from .remote import find_server
+    from ..errors import ReefError
+    from .remote import find_server
 
-        found = find_server(load(()), url=None, token=None)
-    except Exception:
+    try:  # the server started here (or on the configured state directory), as every command finds it
+        settings, _plugins, served = load_served((), None)
+        found = find_server(settings, url=None, token=None, served=served)
+    except ReefError:
         found = None
     return found.url if found is not None else DEFAULT_URL
 
