@@ -131,8 +131,37 @@ def _agent_adapter(name: str) -> Any:
     return cls
 
 
+#: the records every adapter's installer kept before each agent kept its own
+LEGACY_RECORDS = (".reef-harness.sha256", ".reef-harness-release")
+#: how a legacy manifest shows which agent wrote it: a path only that agent's layout has
+_LEGACY_OWNER = (("CLAUDE.md", "claude"), (".claude/", "claude"), (".codex/", "codex"),
+                 ("opencode.json", "opencode"), (".opencode/", "opencode"))
+
+
+def adopt_legacy_records(name: str, directory: Path) -> bool:
+    """Rename the records an earlier install of agent ``name`` left under the shared names
+    (``.reef-harness.sha256``, ``.reef-harness-release``) to its own, so its next install
+    updates the files it wrote instead of refusing them as not installed by Reef. Only when
+    the manifest lists that agent's layout and the agent has no records of its own yet."""
+    manifest, release = (directory / n for n in LEGACY_RECORDS)
+    if not manifest.is_file() or (directory / f".reef-harness-{name}.sha256").exists():
+        return False
+    paths = [line.split("  ", 1)[1] for line in manifest.read_text(encoding="utf-8").splitlines() if "  " in line]
+    owners = {owner for path in paths for prefix, owner in _LEGACY_OWNER
+              if path == prefix or (prefix.endswith("/") and path.startswith(prefix))}
+    if owners != {name}:
+        return False
+    os.replace(manifest, directory / f".reef-harness-{name}.sha256")
+    if release.is_file():
+        os.replace(release, directory / sidecar(name))
+    return True
+
+
 def install(name: str, directory: Path, *, url: str, scenario: str | None) -> str:
-    """Run the server's installer for adapter ``name`` on ``directory``; the installer's output."""
+    """Run the server's installer for adapter ``name`` on ``directory``; the installer's output.
+    Records an earlier install of ``name`` left under the shared names are adopted first."""
+    if directory.is_dir():
+        adopt_legacy_records(name, directory)
     response = _request("GET", f"{url}/reef/harness/install", params={"adapter": name},
                         headers=_headers(scenario), attempts=3)
     with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False) as f:
@@ -182,6 +211,7 @@ def run(name: str, directory: Path, args: list[str], *, url: str, scenario: str 
     from ..commit.harness import NO_RELEASE
 
     cls = _agent_adapter(name)
+    adopt_legacy_records(name, directory)
     have = installed(directory, name)
     if not have:
         raise AgentError(f"{name} is not installed in {directory}: run `reef agent install {name} {directory}` first")
@@ -234,6 +264,7 @@ def update(name: str, directory: Path, *, url: str, scenario: str | None) -> str
     """Re-install when the scenario serves a release other than the installed one."""
     from ..commit.harness import NO_RELEASE
 
+    adopt_legacy_records(name, directory)
     have = installed(directory, name)
     scenario = scenario or have.get("scenario")
     head = _request("GET", f"{url}/reef/harness", headers=_headers(scenario), attempts=3, accept=(404,))

@@ -107,3 +107,31 @@ def test_agent_binary_prefers_path_then_the_cache(tmp_path, monkeypatch):
         project.mkdir()
         (project / ".reef-harness-opencode-release").write_text("release_id=none\nscenario=default\n")
         cli_agent.run("opencode", project, [], url="http://127.0.0.1:9", scenario=None)
+
+
+def test_an_agent_installed_under_the_shared_record_names_is_updated_in_place(tmp_path):
+    """A project Claude Code was installed in before each agent kept its own records: Codex
+    installs beside it, and Claude Code's next install adopts its old records and updates
+    ``CLAUDE.md`` (instead of refusing it as a file Reef did not write)."""
+    with FakeUpstream("openai", capital_model) as up:
+        settings = settings_for(tmp_path, up, feedback_rules_config(batch_size=1, evaluator={"name": "always"}))
+        with ReefServer(tmp_path, settings=settings) as server:
+            project = tmp_path / "project"
+            project.mkdir()
+            cli_agent.install("claude", project, url=server.url, scenario="default")
+            for own, shared in zip((".reef-harness-claude.sha256", ".reef-harness-claude-release"),
+                                   cli_agent.LEGACY_RECORDS):
+                (project / own).rename(project / shared)
+            assert "installed release none" in cli_agent.install("codex", project, url=server.url,
+                                                                 scenario="default")
+            assert (project / ".reef-harness.sha256").exists()  # codex's install leaves claude's records
+
+            client = server.client()
+            r = ask(client, "What is the capital of France?")
+            report(client, [r.headers["x-reef-agent-record-id"]], score=0.1, feedback=GOOD_FEEDBACK)
+            head = wait_published(client, 1)[0]["release_id"]
+            out = cli_agent.install("claude", project, url=server.url, scenario=None)
+            assert f"installed release {head}" in out
+            assert GOOD_FEEDBACK in (project / "CLAUDE.md").read_text()
+            assert cli_agent.installed(project, "claude")["release_id"] == head
+            assert not any((project / name).exists() for name in cli_agent.LEGACY_RECORDS)
