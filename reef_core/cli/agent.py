@@ -48,6 +48,12 @@ class AgentError(click.ClickException):
     """A failure the user can act on, printed as one line (exit 1)."""
 
 
+class ServerUnreachable(AgentError):
+    """The Reef server could not be reached: exit 2, as every command that needs a server."""
+
+    exit_code = 2
+
+
 def _server_url(url: str | None) -> str:
     if url:
         return url.rstrip("/")
@@ -85,7 +91,7 @@ def _request(method: str, url: str, *, headers: dict[str, str], attempts: int = 
             if attempt + 1 < attempts:
                 time.sleep(0.5 * 2 ** attempt)
                 continue
-            raise AgentError(f"cannot reach the Reef server at {url}: {type(exc).__name__}: {exc}") from None
+            raise ServerUnreachable(f"cannot reach the Reef server at {url}: {type(exc).__name__}: {exc}") from None
         if response.status_code >= 500 and attempt + 1 < attempts:
             time.sleep(0.5 * 2 ** attempt)
             continue

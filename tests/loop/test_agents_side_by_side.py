@@ -102,11 +102,18 @@ def test_agent_binary_prefers_path_then_the_cache(tmp_path, monkeypatch):
     assert cli_agent.agent_binary("opencode") == str(cached)
     cached.unlink()
     assert cli_agent.agent_binary("opencode") == "opencode"
-    with pytest.raises(cli_agent.AgentError, match="not installed: not on PATH nor in"):
+    with pytest.raises(cli_agent.AgentError, match="not installed: not on PATH nor in") as refused:
         project = tmp_path / "p"
         project.mkdir()
         (project / ".reef-harness-opencode-release").write_text("release_id=none\nscenario=default\n")
         cli_agent.run("opencode", project, [], url="http://127.0.0.1:9", scenario=None)
+    assert refused.value.exit_code == 1
+
+
+def test_an_agent_command_that_cannot_reach_its_server_exits_2(tmp_path):
+    dead = "http://127.0.0.1:9"
+    done = CliRunner().invoke(main, ["agent", "install", "claude", str(tmp_path / "p"), "--url", dead])
+    assert done.exit_code == 2 and done.output.startswith(f"Error: cannot reach the Reef server at {dead}")
 
 
 def test_an_agent_installed_under_the_shared_record_names_is_updated_in_place(tmp_path):
