@@ -11,8 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from loop.conftest import GOOD_FEEDBACK, ask, capital_model, feedback_rules_config, report
 
+from reef_core import served_config
+from reef_core.config import mask_secrets
 from reef_core.testing import FakeUpstream
 from reef_core.testing.serve_process import ServeProcess, free_port
 
@@ -103,3 +107,59 @@ def test_a_read_only_command_given_another_runtime_reads_the_served_state(tmp_pa
     for command in ("releases", "status"):
         done = _reef(here, command, "-c", str(here / "reef.yaml"), state, "runtime.upstream_url=http://127.0.0.1:9")
         assert done.returncode == 0, done.stderr
+
+
+_PLAIN_KEYS = st.sampled_from(["server.port", "runtime.model", "recipe", "runtime.upstream_url", "server.default_scenario"])
+_SECRET_KEYS = st.sampled_from(["runtime.api_key", "auth.tokens.0.token", "+upstream.password", "x.client_secret"])
+_VALUES = st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126, exclude_characters="="), min_size=1,
+                  max_size=20)
+
+
+@settings(max_examples=200, deadline=None)
+@given(plain=st.lists(st.tuples(_PLAIN_KEYS, _VALUES), max_size=4),
+       secret=st.lists(st.tuples(_SECRET_KEYS, _VALUES), max_size=3),
+       # a URL password holds no '/', '?', '#' or '@' unencoded (they would end the userinfo)
+       password=st.one_of(st.none(), _VALUES.filter(lambda v: not set(v) & set("/?#@"))))
+def test_the_recorded_composition_never_holds_a_secret(plain, secret, password):
+    """What ``served-config.json`` records of how ``reef serve`` was composed keeps every
+    override except those carrying a secret (a secret key's value, a URL's password), and says
+    when it left one out: a command then composes the config given instead."""
+    words = [f"{k}={v}" for k, v in plain + secret]
+    if password is not None:
+        words.append(f"record_store.url=postgresql://reef:{password}@db/reef")
+    served_config.record_composition(None, words)
+    recorded = served_config._composition
+    try:
+        secrets = [v for _k, v in secret] + ([password] if password is not None else [])
+        secret_words = words[len(plain):]
+        assert recorded["overrides"] == [f"{k}={v}" for k, v in plain if mask_secrets(v) == v]
+        assert not set(recorded["overrides"]) & set(secret_words)
+        assert recorded["complete"] is (not secrets and all(mask_secrets(v) == v for _k, v in plain))
+    finally:
+        served_config._composition = None
+
+
+def test_a_served_config_composed_otherwise_is_not_recomposed(tmp_path, monkeypatch):
+    """When the composition composed again here is not the served one (an environment variable
+    the server had, a config file edited since), the command does not take it for the server's."""
+    from reef_core.cli.common import load
+    from reef_core.plugins import get_plugins
+    from reef_core.served_config import ServedConfig, announce
+
+    config = tmp_path / "reef.yaml"
+    config.write_text("runtime:\n  upstream_url: http://127.0.0.1:9\n")
+    monkeypatch.chdir(tmp_path)
+    overrides = ("runtime.model=m1", f"server.state_dir={tmp_path / 'state'}")
+    served_config.record_composition(str(config), overrides)
+    try:
+        _cfg, settings, _plugins = load(overrides, str(config))  # as `reef serve` composes it
+        announce(settings, url=None)
+    finally:
+        served_config._composition = None
+    served = ServedConfig.read(tmp_path / "state")
+    again = served.recompose(get_plugins())
+    assert again is not None and again.runtime["model"] == "m1" and again.state_dir == settings.state_dir
+    config.write_text("runtime:\n  upstream_url: http://127.0.0.1:10\n")  # edited since
+    assert served.recompose(get_plugins()) is None
+    config.unlink()
+    assert served.recompose(get_plugins()) is None
