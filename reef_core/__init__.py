@@ -47,9 +47,10 @@ from .types import (
 # Values of the learning loop's own packages load on first use: importing reef_core (every
 # plugin's entry point does) must not import the store, the config or asyncio's machinery.
 __getattr__ = lazy_exports(__name__, {
-    ".commit.artifacts": ("StoredRelease",),
+    ".commit.artifacts": ("StoredRelease", "content_hash"),
     ".commit.gate": ("EvalContext",),
     ".commit.harness": ("HarnessBundle", "HarnessFile"),
+    ".commit.lineage": ("LineageHead", "Lineages"),
     ".grow.context": ("RecipeContext",),
     ".observe.experience": ("Batch", "Experience", "ExperienceRecord"),
     ".observe.eligibility": ("FilterContext",),
@@ -89,6 +90,10 @@ __all__ = [
     "ServedBase",
     "StoredRelease",
     "StoredReport",
+    # a weight recipe's learner lineage and the artifact hash its snapshots carry
+    "LineageHead",
+    "Lineages",
+    "content_hash",
     # errors
     "ConfigError",
     "ConflictError",

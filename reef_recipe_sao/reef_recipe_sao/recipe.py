@@ -17,8 +17,7 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-from reef_core import ActiveRelease, Batch, Candidate, Experience, Recipe, RecipeContext, require_trainable
-from reef_core.commit.lineage import LineageHead
+from reef_core import ActiveRelease, Batch, Candidate, Experience, LineageHead, Recipe, RecipeContext, require_trainable
 from reef_train import LoraOptions, StepPayload, lineage, read_learner_state, run_steps
 from reef_train.backend import TrainerError, make_trainer
 

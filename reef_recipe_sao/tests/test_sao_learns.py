@@ -10,7 +10,7 @@ from dataclasses import replace
 import torch
 from transformers import AutoTokenizer
 
-from reef_core.commit.artifacts import content_hash
+from reef_core import content_hash
 from reef_recipe_sao import SAORecipe
 from reef_recipe_sao.testing import context, release_of, sampled_batch
 from reef_train import load_policy

@@ -11,8 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from reef_core import Batch
-from reef_core.commit.artifacts import content_hash
+from reef_core import Batch, content_hash
 from reef_core.testing import check_recipe
 from reef_recipe_sao import SAORecipe
 from reef_recipe_sao.testing import SCENARIO, context, experience, record, release_of, sampled_batch

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 from .checkpoint import ADAPTER_DIR, LEARNER_DIR, read_learner_state
 
 if TYPE_CHECKING:
-    from reef_core.commit.lineage import LineageHead, Lineages
+    from reef_core import LineageHead, Lineages
 
 
 def lineages_in(state_dir: str | Path | None) -> Lineages:
     """The lineages of the server's state directory (None, e.g. a recipe built in a test or a
     bench without one: a temporary directory, gone with the process)."""
-    from reef_core.commit.lineage import Lineages
+    from reef_core import Lineages
 
     return Lineages(Path(state_dir) if state_dir is not None else Path(tempfile.mkdtemp(prefix="reef-lineage-")))
 
@@ -65,7 +65,7 @@ def advance(lineages: Lineages, scenario: str, artifact: Path, *, head: LineageH
     """Make the step's checkpoint ``artifact`` (``adapter/`` + ``learner/``) the lineage's new
     head, ``steps`` training steps past ``head`` (compare-and-swap on it); ``meta`` joins what
     the lineage needs to follow serving (the serving release, the checkpoint's content hash)."""
-    from reef_core.commit.artifacts import content_hash
+    from reef_core import content_hash
 
     return lineages.advance(scenario, artifact, expected=head.id if head else None, steps=max(int(steps), 1),
                             meta={**meta, "serving": current.release_id if current is not None else None,
