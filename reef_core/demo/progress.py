@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -34,7 +35,7 @@ def _short(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-class DemoProgress:
+class DemoProgress(ABC):
     """What the demo reports as it runs (``with progress:`` around the run). The base keeps the
     state both views show: the latest turns, the loop's state and the candidates' counts."""
 
@@ -49,9 +50,9 @@ class DemoProgress:
     def __exit__(self, *exc: object) -> None:
         pass
 
+    @abstractmethod
     def phase(self, label: str, total: int | None = None) -> Any:
         """A phase starts (``total`` steps, None: unknown); returns its handle."""
-        raise NotImplementedError
 
     def advance(self, phase: Any) -> None:
         """One step of ``phase`` is done (called from the demo's worker threads)."""
