@@ -42,6 +42,7 @@ from reef_core.testing.serve_process import ServeProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learning_tasks import RECIPES, RecipeBench, Split, Task, summary_line  # noqa: E402
+from lineage_probe import LineageSnapshot, lineage_accuracy  # noqa: E402
 
 #: recipes whose user is not "ask, grade, report": their own driver module in bench/, whose
 #: ``main(argv)`` takes the whole command line (``RECIPE`` first) and prints the summary line last
@@ -61,11 +62,13 @@ class Runtime:
     description: str
     #: ``runtime`` options for the config file (a URL is safer there than on a Hydra command line)
     options: dict[str, Any] = field(default_factory=dict)
+    #: the embedded model in-process too (what the lineage probe decodes with)
+    local: bool = False
 
     @classmethod
     def choose(cls, endpoint: str | None, model: str | None) -> Runtime:
         if endpoint is None:
-            return cls(("runtime=local",), "local (the embedded SmolLM2-135M-Instruct, reef-torch)")
+            return cls(("runtime=local",), "local (the embedded SmolLM2-135M-Instruct, reef-torch)", local=True)
         if not model:
             raise SystemExit("Error: --endpoint needs --model, the model name the endpoint serves")
         return cls(("runtime=upstream",), f"upstream ({model} at {endpoint})",
@@ -147,6 +150,9 @@ class ReefProcess(ServeProcess):
         rows = self.http.get(f"/reef/scenarios/{SCENARIO}/candidates", params={"limit": 1000}).json()["candidates"]
         return Counter(c["status"] for c in rows)
 
+    def lineage(self) -> LineageSnapshot | None:
+        return LineageSnapshot.from_response(self.http.get(f"/reef/scenarios/{SCENARIO}/lineage").json())
+
     def wait_settled(self, timeout: float) -> bool:
         """Wait until no growth step runs and fewer reports are eligible than the recipe's batch
         (as the loop reports it), twice in a row a second apart so a step about to start is not
@@ -196,6 +202,10 @@ class SeedResult:
     traffic_reward: float = 0.0
     settled: bool = True
     seconds: float = 0.0
+    #: the learner's lineage when learning settled, and its head's held-out accuracy (None:
+    #: a recipe without a lineage, or no head to measure)
+    lineage: LineageSnapshot | None = None
+    lineage_after: float | None = None
 
 
 def accuracy(server: ReefProcess, bench: RecipeBench, tasks: list[Task], pool: ThreadPoolExecutor) -> float:
@@ -251,27 +261,38 @@ def run_seed(bench: RecipeBench, seed: int, *, budget: int, mode: str | None, ru
                 log(f"  seed {seed}: learning had not settled after {bench.settle_timeout_s:.0f} s; measuring anyway")
             after = {s.name: accuracy(s, bench, split.heldout, pool) for s in servers}
         candidates = learner.candidates()
+        lineage = learner.lineage()
         log(f"  seed {seed}: held-out after: learner {after[learner.name]:.3f}, control {after[control.name]:.3f}; "
             f"candidates {dict(candidates) or 'none'} ({time.monotonic() - start:.0f} s)")
-        return SeedResult(seed, control_before=before[control.name], control_after=after[control.name],
-                          learner_before=before[learner.name], learner_after=after[learner.name],
-                          candidates=candidates, traffic_reward=reward / max(1, len(split.train)),
-                          settled=settled, seconds=time.monotonic() - start)
+    # measured with both servers stopped, so the probe has the cores to itself
+    lineage_after = lineage_accuracy(lineage, bench, split.heldout, SCENARIO) if runtime.local else None
+    if lineage is not None:
+        log(f"  seed {seed}: lineage at step {lineage.step} ({lineage.steps_since_publish} since the last publish), "
+            f"held-out {'-' if lineage_after is None else f'{lineage_after:.3f}'} ({time.monotonic() - start:.0f} s)")
+    return SeedResult(seed, control_before=before[control.name], control_after=after[control.name],
+                      learner_before=before[learner.name], learner_after=after[learner.name],
+                      candidates=candidates, traffic_reward=reward / max(1, len(split.train)),
+                      settled=settled, seconds=time.monotonic() - start, lineage=lineage, lineage_after=lineage_after)
 
 
 # ------------------------------------------------------------------ the report
 
 
 def table(results: list[SeedResult]) -> str:
+    """One row a seed: held-out accuracy of both servers before and after, of the learner's
+    lineage head (what training reached, served or not), its steps and what the gate decided."""
     head = (f"{'seed':>4}  {'control before':>14}  {'control after':>13}  {'learner before':>14}  "
-            f"{'learner after':>13}  {'published':>9}  {'rejected':>8}  {'other':>5}  {'wall':>7}")
+            f"{'learner after':>13}  {'lineage':>7}  {'steps':>5}  {'published':>9}  {'rejected':>8}  "
+            f"{'undecided':>9}  {'other':>5}  {'wall':>7}")
     rows = [head, "-" * len(head)]
     for r in results:
-        other = sum(n for status, n in r.candidates.items() if status not in ("published", "rejected"))
+        other = sum(n for status, n in r.candidates.items() if status not in ("published", "rejected", "undecided"))
+        lineage = "-" if r.lineage_after is None else f"{r.lineage_after:.3f}"
+        steps = "-" if r.lineage is None else str(r.lineage.step)
         rows.append(f"{r.seed:>4}  {r.control_before:>14.3f}  {r.control_after:>13.3f}  {r.learner_before:>14.3f}  "
-                    f"{r.learner_after:>13.3f}  {r.candidates.get('published', 0):>9}  "
-                    f"{r.candidates.get('rejected', 0):>8}  {other:>5}  {r.seconds / 60:>5.1f} m"
-                    + ("" if r.settled else "  (not settled)"))
+                    f"{r.learner_after:>13.3f}  {lineage:>7}  {steps:>5}  {r.candidates.get('published', 0):>9}  "
+                    f"{r.candidates.get('rejected', 0):>8}  {r.candidates.get('undecided', 0):>9}  {other:>5}  "
+                    f"{r.seconds / 60:>5.1f} m" + ("" if r.settled else "  (not settled)"))
     return "\n".join(rows)
 
 
@@ -322,6 +343,10 @@ def main(argv: list[str] | None = None) -> int:
                                     log=lambda line: print(line, flush=True), reflection=reflection))
     print()
     print(table(results))
+    heads = [r.lineage_after for r in results if r.lineage_after is not None]
+    if heads:
+        print(f"lineage heads (trained, served or not): held-out {sum(heads) / len(heads):.3f} on average over "
+              f"{len(heads)} seed(s), beside the served {sum(r.learner_after for r in results) / len(results):.3f}")
     print(summary_line(bench.name, [r.learner_after for r in results], [r.control_after for r in results],
                        bench.heldout_tasks, (time.monotonic() - start) / 60))
     return 0

@@ -124,6 +124,45 @@ def test_summary_line_format():
     assert SUMMARY.match(line)
 
 
+def test_the_lineage_snapshot_reads_the_servers_lineage_answer(tmp_path):
+    from lineage_probe import LineageSnapshot
+
+    assert LineageSnapshot.from_response({"scenario": "bench", "head": None}) is None
+    snap = LineageSnapshot.from_response({"head": {"step": 7, "steps_since_publish": 3, "checkpoint": str(tmp_path),
+                                                    "last_reset": {"reason": "worse"}}})
+    assert (snap.step, snap.steps_since_publish, snap.checkpoint, snap.resets) == (7, 3, tmp_path, 1)
+    reset = LineageSnapshot.from_response({"head": {"step": 9, "steps_since_publish": 0, "checkpoint": None}})
+    assert reset.checkpoint is None and reset.resets == 0
+
+
+def test_a_lineage_without_an_adapter_to_load_is_not_measured(tmp_path):
+    from learning_tasks import RECIPES as entries
+    from lineage_probe import LineageSnapshot, lineage_accuracy
+
+    tasks = [_task(3)]
+    assert lineage_accuracy(None, entries["sao"], tasks, "bench") is None
+    assert lineage_accuracy(LineageSnapshot(4, 4, None), entries["sao"], tasks, "bench") is None
+    # a checkpoint whose adapter/ is missing (a head reset to serving keeps none of its own)
+    assert lineage_accuracy(LineageSnapshot(4, 4, tmp_path), entries["sao"], tasks, "bench") is None
+
+
+def test_the_table_shows_the_lineage_beside_the_served_learner_and_each_decision():
+    from collections import Counter
+
+    import learning
+    from lineage_probe import LineageSnapshot
+
+    with_head = learning.SeedResult(0, 0.3, 0.3, 0.3, 0.4, Counter(published=1, rejected=2, undecided=3, failed=1),
+                                    seconds=60.0, lineage=LineageSnapshot(12, 4, None), lineage_after=0.625)
+    no_head = learning.SeedResult(1, 0.3, 0.3, 0.3, 0.3, Counter(), seconds=30.0, settled=False)
+    lines = learning.table([with_head, no_head]).splitlines()
+    header = lines[0].split()
+    assert header[-7:] == ["lineage", "steps", "published", "rejected", "undecided", "other", "wall"]
+    row = lines[2].split()
+    assert row[5:11] == ["0.625", "12", "1", "2", "3", "1"]
+    assert lines[3].split()[5:11] == ["-", "-", "0", "0", "0", "0"] and lines[3].endswith("(not settled)")
+
+
 def test_registry_entries_are_complete():
     assert {"sao", "gepa", "feedback_rules"} <= set(RECIPES)
     for name, bench in RECIPES.items():
