@@ -6,7 +6,8 @@ HTTP/1.1 client (``reef_core.kit.http1``: asyncio protocols and httptools, a fif
 aiohttp's CPU per request); ``aiohttp`` and ``httpx`` choose those libraries' pools
 (``reef_core.kit.http_transport``; httpx's own costs milliseconds of CPU per request under
 concurrency). The runtime speaks
-``dialect``; the server translates clients of the other dialect.
+``dialect`` (``openai``, ``anthropic`` or ``responses``: ``POST /v1/responses``, whose streams end
+with ``response.completed``/``incomplete``/``failed``); the server translates clients of the others.
 Errors: a connection that cannot be made or times out is ``RuntimeUnavailable`` (502); an
 error status from the upstream is ``RuntimeCallError`` with that status and the upstream's
 message; a stream that ends without its terminal event (``data: [DONE]`` / ``message_stop``)
@@ -36,6 +37,7 @@ import logging
 import ssl
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -52,7 +54,9 @@ from ..types import InferenceCall
 log = logging.getLogger("reef.upstream")
 
 ANTHROPIC_VERSION = "2023-06-01"
-_PATHS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
+_PATHS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages", "responses": "/v1/responses"}
+#: the events that end a Responses stream (the others end with ``data: [DONE]`` / ``message_stop``)
+_RESPONSES_TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
 class UpstreamNotConfigured(RuntimeCallError):
@@ -96,7 +100,7 @@ class UpstreamRuntime(Runtime):
                  upstream_verify: bool = True,
                  max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES):
         if dialect not in _PATHS:
-            raise ValueError(f"runtime.dialect must be 'openai' or 'anthropic', not {dialect!r}")
+            raise ValueError(f"runtime.dialect must be 'openai', 'anthropic' or 'responses', not {dialect!r}")
         credentials = None
         if upstream_url is not None:
             upstream_url = str(upstream_url)
@@ -244,7 +248,26 @@ class UpstreamRuntime(Runtime):
             raise self._unavailable("is unreachable", exc) from None
 
     async def complete(self, call: InferenceCall) -> dict[str, Any]:
-        resp = await self._send(call.body, self._headers)
+        return await self._answer(await self._send(call.body, self._headers))
+
+    async def retrieve(self, response_id: str) -> dict[str, Any]:
+        """``GET /v1/responses/{id}`` at a Responses upstream: a response the provider stored
+        (``runtime.dialect: responses`` only). Errors are the upstream's, as for ``complete``."""
+        if self.dialect != "responses":
+            raise RuntimeCallError("the upstream does not speak the Responses API (runtime.dialect)", status=404)
+        if self._transport is None:
+            self._request({})  # raises the reason: not configured, or not started
+        quoted = quote(response_id, safe="")
+        try:
+            resp = await self._transport.send("GET", f"{self._url}/{quoted}", self._headers, None, self._timeout_ext)
+        except httpx.TimeoutException as exc:
+            raise self._unavailable("timed out", exc) from None
+        except httpx.HTTPError as exc:
+            raise self._unavailable("is unreachable", exc) from None
+        return await self._answer(resp)
+
+    async def _answer(self, resp: UpstreamResponse) -> dict[str, Any]:
+        """The JSON object of a whole (non-streamed) upstream answer, or the error it is."""
         try:
             content = await resp.read()
         except ResponseTooLarge as exc:
@@ -303,7 +326,7 @@ class UpstreamRuntime(Runtime):
                         raise
                     if event is None:
                         continue
-                    if event.get("type") == "message_stop":
+                    if event.get("type") == "message_stop" or event.get("type") in _RESPONSES_TERMINAL:
                         terminal = True
                     batch.append(event)
                 if batch:
@@ -332,7 +355,7 @@ class UpstreamRuntime(Runtime):
         if event.get("type") == "error" or (self.dialect == "openai" and "error" in event
                                             and "choices" not in event):
             err = event.get("error")
-            msg = err.get("message") if isinstance(err, dict) else err
+            msg = err.get("message") if isinstance(err, dict) else err or event.get("message")
             raise RuntimeCallError(f"upstream stream error: {msg}", status=502, body=event)
         return event
 

@@ -19,6 +19,7 @@ from .dialects.responses_schema import REQUEST as RESPONSES_REQUEST
 from .dialects.responses_schema import check_types
 from .errors import ClientError
 from .inference import Exchange, complete, stream
+from .responses_native import is_native, output_items_as_input, retrieve_upstream
 from .scenarios import header_scenario
 from .state import ServeState
 
@@ -154,7 +155,9 @@ def _check_responses(body: dict[str, Any]) -> bool:
 async def _with_previous(state: ServeState, scenario: str, body: dict[str, Any], sent: int) -> dict[str, Any]:
     """A Responses body whose ``previous_response_id`` names one of this scenario's stored
     responses: that request's input and that answer's output become the prefix of ``input``
-    (what is recorded and sent). Instructions are not carried over, as OpenAI does.
+    (what is recorded and sent). Instructions are not carried over, as OpenAI does. Before a
+    Responses upstream an id that is no receipt is the provider's: it goes through as sent
+    (``responses_native``).
 
     The continued request, prefix included, obeys ``server.max_body_bytes`` like a body sent
     whole (``sent`` bytes came on the wire): otherwise each turn of a chain would store and send
@@ -163,6 +166,9 @@ async def _with_previous(state: ServeState, scenario: str, body: dict[str, Any],
     if not previous:
         return body
     record = await run_in_threadpool(state.reef.store.get_record, previous)
+    native = is_native(state)
+    if native and record is None:
+        return body  # the provider's own stored response: the upstream follows it
     stored = record is not None and record.scenario == scenario and record.route == "openai.responses" \
         and record.status == "ok" and isinstance(record.request, dict) and isinstance(record.response, dict)
     if not stored:
@@ -173,14 +179,18 @@ async def _with_previous(state: ServeState, scenario: str, body: dict[str, Any],
         raise ClientError(f"previous_response_id: response {previous!r} was created with store: false, so it "
                           f"cannot be continued; send the whole conversation as input",
                           param="previous_response_id")
-    prefix = input_items(record.request.get("input"), "previous input") + output_as_input(record.response.get("output"))
+    as_input = output_items_as_input if native else output_as_input
+    prefix = input_items(record.request.get("input"), "previous input") + as_input(record.response.get("output"))
     size = sent + len(jsonfast.dumps(prefix))
     if size > state.max_body_bytes:
         raise ClientError(f"previous_response_id: the conversation it continues and this request come to about "
                           f"{size} bytes, more than the server's limit of {state.max_body_bytes} bytes "
                           f"(server.max_body_bytes), which a continued request obeys like a whole one; start a "
                           f"new conversation with a shorter input", 413, param="previous_response_id")
-    return {**body, "input": prefix + input_items(body["input"])}
+    expanded = {**body, "input": prefix + input_items(body["input"])}
+    if native:  # the upstream gets the whole conversation instead of an id it never saw
+        del expanded["previous_response_id"]
+    return expanded
 
 
 async def _serve(request: Request, principal: Principal, dialect: str, route: str) -> Response:
@@ -234,7 +244,10 @@ async def messages(request: Request, principal: Principal = _infer) -> Response:
 async def responses(request: Request, principal: Principal = _infer) -> Response:
     """An OpenAI Responses request, served by the runtime through Chat Completions (translated
     further if it speaks Anthropic) and recorded; the receipt is in ``x-reef-agent-record-id`` and
-    is also the response's ``id``, which ``previous_response_id`` continues."""
+    is also the response's ``id``, which ``previous_response_id`` continues. Before a Responses
+    upstream (``runtime.dialect: responses``) the body goes as it came and the answer comes back
+    as the upstream gave it (its own ``id``); the receipt is the header and, streamed, the final
+    event's ``reef``."""
     return await _serve(request, principal, "responses", "openai.responses")
 
 
@@ -246,7 +259,8 @@ async def retrieve_response(response_id: str, request: Request, principal: Princ
     receipt), as OpenAI's ``GET /v1/responses/{id}`` returns it: ``completed``, or
     ``incomplete`` for a stream that was cut. Like ``previous_response_id`` it reads only the
     request's scenario (``x-reef-scenario``); a response created with ``store: false``, one of
-    another route or scenario, and one that failed before answering are 404s."""
+    another route or scenario, and one that failed before answering are 404s. Before a Responses
+    upstream (``runtime.dialect: responses``) an id that is no receipt is asked of the upstream."""
     state: ServeState = request.app.state.serve
     scenario, _, _ = _request_meta(request, state.default_scenario)
     check_scenario(principal, scenario)
@@ -256,6 +270,8 @@ async def retrieve_response(response_id: str, request: Request, principal: Princ
     # The answer and whether the request said ``store: false``: the request's body (the whole conversation)
     # stays unread.
     record = await run_in_threadpool(state.reef.store.stored_response, response_id)
+    if record is None and is_native(state):
+        return await retrieve_upstream(state, response_id)  # a response the provider stored
     found = record is not None and record.scenario == scenario and record.route == "openai.responses" \
         and isinstance(record.response, dict) and record.response.get("object") == "response"
     if not found:

@@ -3,6 +3,9 @@
 - ``FakeUpstream(dialect, responder)`` — an OpenAI- or Anthropic-speaking model server on a
   random loopback port; answers come from ``responder(body) -> Reply | str``; controls to
   fail, hang, or cut a stream (see ``reef_core.testing.fake_upstream``).
+- ``FakeResponsesUpstream(responder)`` — an OpenAI Responses server (``runtime.dialect:
+  responses``): reasoning items, custom and hosted tool calls, streamed events, stored
+  responses; output items built with ``responses_items`` (``reef_core.testing.fake_responses``).
 - ``Reply`` / ``ToolCall`` — what the fake model says; ``system_prompt``, ``last_user_text``,
   ``tool_results``, ``tool_names`` read a request body of either dialect.
 - ``ReefServer(state_dir, overrides, upstream=..., tokens=[...], runtime=..., settings=...)`` —
@@ -25,6 +28,8 @@
   (loaded automatically through reef-core's ``pytest11`` entry point).
 """
 
+from . import responses_items
+from .fake_responses import FakeResponsesUpstream
 from .fake_upstream import FakeUpstream
 from .kits import (
     EchoRuntime,
@@ -51,6 +56,7 @@ from .sse import parse_sse
 __all__ = [
     "EchoRuntime",
     "TrainableEchoRuntime",
+    "FakeResponsesUpstream",
     "FakeUpstream",
     "ReefServer",
     "Reply",
@@ -73,6 +79,7 @@ __all__ = [
     "recipe_context",
     "reef_settings",
     "registered",
+    "responses_items",
     "synthetic_batch",
     "synthetic_release",
     "system_prompt",

@@ -11,12 +11,13 @@ import httpx
 
 from ..compose import build_reef
 from ..config import Settings, TokenSettings, load_settings
+from .fake_responses import FakeResponsesUpstream
 from .fake_upstream import FakeUpstream
 from .servers import ServerThread
 
 
 def reef_settings(state_dir: str | Path, overrides: Iterable[str] = (), *,
-                  upstream: FakeUpstream | str | None = None, dialect: str | None = None,
+                  upstream: FakeUpstream | FakeResponsesUpstream | str | None = None, dialect: str | None = None,
                   tokens: list[dict[str, Any]] | None = None, config_file: str | Path | None = None) -> Settings:
     """Validated settings for a test Reef: state in ``state_dir``, runtime pointed at ``upstream``.
 
@@ -27,9 +28,10 @@ def reef_settings(state_dir: str | Path, overrides: Iterable[str] = (), *,
     """
     ov = [f"server.state_dir={Path(state_dir)}"]
     if upstream is not None:
-        url = upstream.url if isinstance(upstream, FakeUpstream) else str(upstream)
+        fake = not isinstance(upstream, str)  # a FakeUpstream or FakeResponsesUpstream
+        url = upstream.url if fake else str(upstream)
         ov.append(f"runtime.upstream_url={url}")
-        dialect = dialect or (upstream.dialect if isinstance(upstream, FakeUpstream) else None)
+        dialect = dialect or (upstream.dialect if fake else None)
     if dialect:
         ov.append(f"runtime.dialect={dialect}")
     settings = load_settings([*ov, *overrides], config_file=config_file)
@@ -54,7 +56,7 @@ class ReefServer:
     """
 
     def __init__(self, state_dir: str | Path, overrides: Iterable[str] = (), *,
-                 upstream: FakeUpstream | str | None = None, dialect: str | None = None,
+                 upstream: FakeUpstream | FakeResponsesUpstream | str | None = None, dialect: str | None = None,
                  tokens: list[dict[str, Any]] | None = None, token: str | None = None,
                  settings: Settings | None = None, runtime: Any = None, log_level: str = "warning",
                  graceful_s: float = 5, learning: bool = True):

@@ -7,15 +7,18 @@ system prompts, images, tool definitions, tool choice, tool calls and results, s
 reasons, usage — and drops what one side cannot express (e.g. Anthropic ``thinking``
 blocks for an OpenAI client, ``logit_bias`` for an Anthropic upstream).
 
-Runtimes speak ``openai`` (Chat Completions) or ``anthropic`` (Messages). Clients may also
-speak ``responses`` (the OpenAI Responses API), which is carried through Chat Completions
-(``responses_api``).
+Runtimes speak ``openai`` (Chat Completions), ``anthropic`` (Messages) or ``responses`` (the
+OpenAI Responses API). Clients speak the same three. A Responses client in front of a chat
+runtime is carried through Chat Completions (``responses_api``); in front of a Responses runtime
+its body and answer go through as they are (``native``), and Chat Completions and Anthropic
+clients are translated to it through Chat Completions (``responses_upstream``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ...errors import RuntimeCallError
 from . import requests as _requests
 from . import responses as _responses
 from . import streams as _streams
@@ -28,20 +31,28 @@ from .responses_api import (
     chat_to_responses,
     responses_to_chat,
 )
+from .responses_upstream import ResponsesToChatStream, chat_to_responses_request, responses_to_chat_response
 from .streams import is_usage_chunk
 
-DIALECTS = ("openai", "anthropic")
-#: what a client may speak: the runtime dialects, and the Responses API
-CLIENT_DIALECTS = (*DIALECTS, "responses")
+#: what a runtime may speak
+DIALECTS = ("openai", "anthropic", "responses")
+#: what a client may speak: the same three
+CLIENT_DIALECTS = DIALECTS
 
 
 def translate_request(body: dict[str, Any], source: str, target: str, *,
                       default_max_tokens: int = _requests.DEFAULT_MAX_TOKENS) -> dict[str, Any]:
     """``body`` (in the client's ``source`` dialect) as a ``target`` (runtime) dialect request body."""
+    if source == target:
+        return body  # a Responses body before a Responses upstream goes as it came
     if source == "responses":
         with _requests.client_shape("responses", target, "input, tools, tool_choice and text"):
             body = responses_to_chat(body)
         source = "openai"
+    if target == "responses":
+        chat = _requests.translate_request(body, source, "openai", default_max_tokens=default_max_tokens)
+        with _requests.client_shape(source, target):
+            return chat_to_responses_request(chat)
     return _requests.translate_request(body, source, target, default_max_tokens=default_max_tokens)
 
 
@@ -50,6 +61,10 @@ def translate_response(body: dict[str, Any], source: str, target: str, *,
     """A ``source`` (runtime) response body as the ``target`` (client) dialect's, its ``id``
     being ``response_id`` (the receipt) when given; a Responses client's answer also echoes
     its ``request``."""
+    if source == target == "responses":
+        return body  # the upstream's own answer, its ids included (previous_response_id follows them)
+    if source == "responses":
+        body, source = _runtime_shape(responses_to_chat_response, body), "openai"
     if target == "responses":
         chat = _responses.translate_response(body, source, "openai")
         return chat_to_responses(chat, request or {}, response_id)
@@ -62,12 +77,28 @@ def stream_translator(source: str, target: str, *, request: dict[str, Any] | Non
     """A translator from ``source`` (runtime) to ``target`` (client) stream events; with a
     ``response_id`` (the receipt) every chunk's ``id`` (Chat Completions) or the message's
     (Anthropic ``message_start``) is that."""
+    if source == target == "responses":
+        return _streams.Passthrough()  # events as the upstream sent them; Reef adds its receipt at the end
     if target == "responses":
         to_responses = ChatToResponsesStream(request or {}, response_id)
         return to_responses if source == "openai" else Chained(_streams.stream_translator(source, "openai"),
                                                                 to_responses)
-    translator = _streams.stream_translator(source, target)
+    if source == "responses":
+        to_chat = ResponsesToChatStream()
+        translator: Any = to_chat if target == "openai" else Chained(to_chat, _streams.stream_translator("openai",
+                                                                                                        target))
+    else:
+        translator = _streams.stream_translator(source, target)
     return _streams.WithId(translator, target, response_id) if response_id else translator
+
+
+def _runtime_shape(translate: Any, body: dict[str, Any]) -> dict[str, Any]:
+    """``translate(body)`` of an upstream answer; one that is not of the upstream's shape is a 502."""
+    try:
+        return translate(body)
+    except (AttributeError, TypeError, KeyError, IndexError) as exc:
+        raise RuntimeCallError(f"the upstream answered a body that is not a responses response "
+                               f"({type(exc).__name__}: {exc})", status=502) from None
 
 
 def stream_assembler(dialect: str) -> Any:

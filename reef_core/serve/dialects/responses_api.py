@@ -423,9 +423,10 @@ def _copy_item(item: dict[str, Any]) -> dict[str, Any]:
 
 
 class Chained:
-    """Two stream translators in a row (runtime → Chat Completions → Responses)."""
+    """Two stream translators in a row (runtime → Chat Completions → Responses, or Responses →
+    Chat Completions → Anthropic)."""
 
-    def __init__(self, first: Any, second: ChatToResponsesStream):
+    def __init__(self, first: Any, second: Any):
         self.first = first
         self.second = second
 
