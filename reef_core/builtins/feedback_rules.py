@@ -20,6 +20,7 @@ from typing import Any
 
 from ..contracts import Recipe
 from ..hookspecs import hookimpl
+from ..kit.records import chat_request
 from ..kit.urls import basic_auth, split_url_credentials
 from ..observe import Batch, Experience, response_text
 from ..types import ActiveRelease, Candidate
@@ -135,8 +136,8 @@ class FeedbackRulesRecipe(Recipe):
             return feedback
         question = ""
         if exp.records:
-            req = exp.records[-1].request or {}
-            users = [m for m in req.get("messages", []) if isinstance(m, dict) and m.get("role") == "user"]
+            req = chat_request(exp.records[-1].request)  # any route's record, as Chat Completions
+            users = [m for m in req["messages"] if isinstance(m, dict) and m.get("role") == "user"]
             if users:
                 content = users[-1].get("content")
                 question = content if isinstance(content, str) else response_text({"content": content})

@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, get_args
 
 from ..errors import ReefError
@@ -60,7 +60,10 @@ class EvalContext:
 
     @property
     def dialect(self) -> str:
-        return self.runtime.dialect
+        """The dialect of the bodies ``complete`` takes and returns: the runtime's, or Chat
+        Completions before a Responses runtime (``send`` translates both ways, as the server does
+        for a Chat Completions client), so evaluators and recipes need not speak the Responses API."""
+        return "openai" if self.runtime.dialect == "responses" else self.runtime.dialect
 
     def complete(self, body: dict[str, Any], release: ActiveRelease | None, *,
                  timeout_s: float | None = None) -> dict[str, Any]:
@@ -88,9 +91,17 @@ class EvalContext:
         if self.deadline is not None:
             left = max(self.deadline - time.monotonic(), 0.0)
             limit = left if limit is None else min(limit, left)
+        if self.runtime.dialect != self.dialect:
+            from ..serve.dialects import translate_request, translate_response
+
+            call = replace(call, body=translate_request(prepared, self.dialect, self.runtime.dialect),
+                           dialect=self.runtime.dialect)
         future = asyncio.run_coroutine_threadsafe(self.runtime.complete(call), self.loop)
         try:
-            return future.result(timeout=limit)
+            answer = future.result(timeout=limit)
+            if self.runtime.dialect != self.dialect:
+                return translate_response(answer, self.runtime.dialect, self.dialect)
+            return answer
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise TimeoutError(f"model call took longer than {limit:.0f}s") from None

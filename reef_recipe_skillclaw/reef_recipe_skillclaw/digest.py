@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reef_core import Experience
-from reef_core.kit import content_text
+from reef_core.kit import chat_reply, chat_request, content_text
 
 from .evolver import response_text
 
@@ -97,14 +97,12 @@ def _arguments(raw: Any) -> str:
 
 
 def _conversation(request: dict[str, Any], reply: Any) -> tuple[list[tuple[str, str]], list[ToolCall]]:
-    """Turns and tool calls of an OpenAI or Anthropic request plus its reply."""
-    messages = list(request.get("messages") or [])
-    if isinstance(reply, dict):
-        choices = reply.get("choices")
-        if isinstance(choices, list) and choices:
-            messages.append(dict((choices[0] or {}).get("message") or {}, role="assistant"))
-        elif reply.get("type") == "message":
-            messages.append({"role": "assistant", "content": reply.get("content")})
+    """Turns and tool calls of a request of any route plus its reply (``reef_core.kit.chat_request``:
+    Anthropic bodies keep their blocks; Responses bodies come as Chat Completions)."""
+    messages = list(chat_request(request)["messages"])
+    answer = chat_reply(reply)
+    if answer is not None:
+        messages.append(answer)
     turns: list[tuple[str, str]] = []
     calls: dict[str, ToolCall] = {}
     order: list[str] = []

@@ -268,3 +268,35 @@ def test_litellm_responses_bridge(native):
                                     stream=True))
     assert events[-1].type == "response.completed"
     assert len(reef.store.list_records("default")) == 2
+
+
+def test_evaluators_and_recipes_speak_chat_completions_to_a_responses_runtime(tmp_path):
+    """``EvalContext.complete`` (what evaluators and recipe proposers call) takes and returns Chat
+    Completions bodies before a Responses runtime, translated both ways as for a chat client."""
+    import logging
+    import threading
+
+    from reef_core.builtins.upstream import UpstreamRuntime
+    from reef_core.commit.gate import EvalContext
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    with FakeResponsesUpstream(agentic) as up:
+        runtime = UpstreamRuntime(upstream_url=up.url, dialect="responses")
+        asyncio.run_coroutine_threadsafe(runtime.start(), loop).result()
+        try:
+            ctx = EvalContext(scenario="s", runtime=runtime, loop=loop, apply_harness=None,
+                              log=logging.getLogger("test"), progress=None)
+            assert ctx.dialect == "openai"
+            answer = ctx.complete({"model": "gpt-5", "max_tokens": 20,
+                                   "messages": [{"role": "system", "content": "Grade it."},
+                                                {"role": "user", "content": "2+2?"}]}, None)
+            assert answer["choices"][0]["message"]["content"] == "Patched it."
+            assert up.requests[-1] == {"model": "gpt-5", "instructions": "Grade it.", "store": False,
+                                       "max_output_tokens": 20,
+                                       "input": [{"type": "message", "role": "user", "content": "2+2?"}]}
+        finally:
+            asyncio.run_coroutine_threadsafe(runtime.aclose(), loop).result()
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(5)
