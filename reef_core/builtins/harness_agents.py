@@ -160,12 +160,18 @@ class CodexAdapter(AgentAdapter):
         lines = ["# Written by Reef's codex adapter. Run Codex with CODEX_HOME set to this directory",
                  "# (`reef agent run codex` does); the token comes from REEF_TOKEN.",
                  'model_provider = "reef"']
-        # Always a model: for names it knows (gpt-*), Codex sends item and tool types only
-        # OpenAI's service understands (additional_tools items, custom tools)
-        lines.append(f"model = {_toml(bundle.model or 'default')}")
+        if bundle.runtime_dialect == "responses":
+            # Reef carries everything Codex sends to a Responses upstream (custom tools,
+            # additional_tools, hosted web search): Codex's own model unless Reef serves one
+            if bundle.model:
+                lines.append(f"model = {_toml(bundle.model)}")
+        else:
+            # Always a model: for names it knows (gpt-*), Codex sends item and tool types only
+            # OpenAI's service understands (additional_tools items, custom tools)
+            lines.append(f"model = {_toml(bundle.model or 'default')}")
+            lines += ['# Reef serves no built-in tools (web search runs only on OpenAI\'s service)',
+                      'web_search = "disabled"']
         lines += [
-            '# Reef serves no built-in tools (web search runs only on OpenAI\'s service)',
-            'web_search = "disabled"',
             "",
             "[model_providers.reef]",
             'name = "Reef"',

@@ -208,6 +208,8 @@ class HarnessBundle:
     #: the model they should name; set by ``GET /reef/harness/install``, empty elsewhere
     base_url: str = ""
     model: str = ""
+    #: what the server's upstream speaks (``runtime.dialect``); set by ``GET /reef/harness/install``
+    runtime_dialect: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """The tree for ``GET /reef/harness``: each file's path, size, sha256 and content

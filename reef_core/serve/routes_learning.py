@@ -295,7 +295,8 @@ async def install_harness(request: Request, adapter: str = Query("files", descri
         bundle = await run_in_threadpool(harness_bundle, release)
     served = reef.served_models()
     bundle = replace(bundle, base_url=_public_url(request),
-                     model=served[0] if served else str(reef.settings.runtime.get("model") or ""))
+                     model=served[0] if served else str(reef.settings.runtime.get("model") or ""),
+                     runtime_dialect=str(getattr(reef.runtime, "dialect", "") or ""))
     script = renderer.render(bundle)
     return Response(script, media_type=renderer.media_type,
                     headers={"x-reef-release-id": bundle.release_id,

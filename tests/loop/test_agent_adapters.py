@@ -144,3 +144,28 @@ def test_each_agent_sends_the_release_it_installed(adapter, settings):
     assert headers(_release("rel_7", "- x\n"))["x-reef-installed-release"] == "rel_7"
     assert headers(_release("rel_7", "- x\n"))["x-reef-scenario"] == "agents"
     assert "x-reef-installed-release" not in headers(_release("none", "- x\n"))
+
+
+@pytest.mark.parametrize("dialect, model, expected", [
+    ("openai", "", "default"), ("anthropic", "", "default"), ("openai", "served", "served"),
+    ("responses", "", None), ("responses", "gpt-5", "gpt-5")])
+def test_codex_pins_a_model_name_only_when_reef_cannot_carry_what_codex_sends(dialect, model, expected):
+    """Before a chat upstream Codex gets a model name it does not know (for the names it knows it
+    sends custom tools and additional_tools, which Reef refuses there) and no web search; before a
+    Responses upstream, which takes them, it keeps its own model and tools unless Reef serves a model."""
+    bundle = HarnessBundle(scenario="s", release_id="r", content_hash="c", files=(), base_url="http://reef.test",
+                           model=model, runtime_dialect=dialect)
+    raw = next(f.data.decode() for f in CodexAdapter().layout(bundle).files if f.path == ".codex/config.toml")
+    config = tomllib.loads(raw)
+    assert config.get("model") == expected
+    assert ("web_search" in config) == (dialect != "responses")
+    assert config["model_providers"]["reef"]["wire_api"] == "responses"
+
+
+def test_the_installer_says_what_the_servers_upstream_speaks(tmp_path):
+    from reef_core.testing import FakeResponsesUpstream, FakeUpstream, ReefServer
+
+    for fake in (FakeResponsesUpstream(), FakeUpstream("openai")):
+        with fake as up, ReefServer(tmp_path / up.dialect, upstream=up) as reef:
+            script = reef.client().get("/reef/harness/install", params={"adapter": "codex"}).text
+            assert ('model = "default"' in script) == (up.dialect != "responses")
