@@ -1,6 +1,7 @@
 """Proxy overhead: direct to a stub model vs through Reef vs through the LiteLLM proxy.
 
-    python bench/proxy_overhead.py [--seconds 3] [--rounds 3] [--no-litellm] [--workers 1,2] [--baseline DIR]
+    python bench/proxy_overhead.py [--seconds 3] [--rounds 3] [--no-litellm] [--no-responses] [--workers 1,2]
+                                   [--baseline DIR]
 
 Starts a fast stub upstream (raw ASGI under uvicorn), a ``reef serve`` in front of it (one
 worker, SQLite, every record durable), and, when installed, a LiteLLM proxy whose
@@ -16,6 +17,13 @@ p99/p50, and — with ``--workers 1,2`` — one Reef per worker count (``reef``,
 on one store kind, every record durable) with each one's throughput relative to one worker;
 with ``--baseline DIR`` a Reef from another source tree (``git worktree add DIR REV``) runs as
 ``base`` beside the current one, so a change is measured old against new in one run.
+
+The Responses pass-through (``runtime.dialect: responses``): the stub also speaks ``POST
+/v1/responses`` (a response object, or OpenAI's event sequence for the same eight words), and a
+second Reef in front of it as a Responses upstream runs as ``reef-resp``, its ``/v1/responses``
+requests going through as they came; ``direct-resp`` is the stub's own ``/v1/responses``, so
+``reef-resp``'s added latency is over that, and a last line sets it beside the chat route's.
+``--no-responses`` leaves both out.
 """
 
 from __future__ import annotations
@@ -61,8 +69,37 @@ def _chunks(include_usage: bool) -> list[bytes]:
     return [b"data: " + json.dumps(e).encode() + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
 
 
+def _response() -> dict:
+    text = "".join(_WORDS)
+    return {"id": "resp_stub", "object": "response", "created_at": 1, "status": "completed", "model": "stub",
+            "output": [{"type": "message", "id": "msg_stub", "status": "completed", "role": "assistant",
+                        "content": [{"type": "output_text", "text": text, "annotations": []}]}],
+            "usage": {"input_tokens": 5, "output_tokens": 8, "total_tokens": 13}}
+
+
+def _response_events() -> list[bytes]:
+    """OpenAI's event sequence for ``_response()``: 15 events."""
+    done = _response()
+    item = done["output"][0]
+    part = {"type": "output_text", "text": "", "annotations": []}
+    start = {**done, "status": "in_progress", "output": [], "usage": None}
+    events = [{"type": "response.created", "response": start}, {"type": "response.in_progress", "response": start},
+              {"type": "response.output_item.added", "output_index": 0, "item": {**item, "content": []}},
+              {"type": "response.content_part.added", "item_id": "msg_stub", "output_index": 0, "content_index": 0,
+               "part": part}]
+    events += [{"type": "response.output_text.delta", "item_id": "msg_stub", "output_index": 0, "content_index": 0,
+                "delta": w} for w in _WORDS]
+    events += [{"type": "response.output_text.done", "item_id": "msg_stub", "output_index": 0, "content_index": 0,
+                "text": "".join(_WORDS)},
+               {"type": "response.output_item.done", "output_index": 0, "item": item},
+               {"type": "response.completed", "response": done}]
+    return [b"event: " + e["type"].encode() + b"\ndata: " + json.dumps({**e, "sequence_number": i}).encode() + b"\n\n"
+            for i, e in enumerate(events)]
+
+
 async def stub_app(scope, receive, send):
-    """An OpenAI-compatible model that answers instantly (8 words; streams 11 events)."""
+    """An OpenAI-compatible model that answers instantly (8 words; streams 11 events), on Chat
+    Completions and on the Responses API."""
     if scope["type"] == "lifespan":
         while True:
             msg = await receive()
@@ -84,15 +121,17 @@ async def stub_app(scope, receive, send):
         await send({"type": "http.response.body", "body": payload})
         return
     req = json.loads(body or b"{}")
+    responses = scope["path"].endswith("/responses")
     if not req.get("stream"):
-        payload = _completion()
+        payload = json.dumps(_response()).encode() if responses else _completion()
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(payload)).encode())]})
         await send({"type": "http.response.body", "body": payload})
         return
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
-    for chunk in _chunks(bool((req.get("stream_options") or {}).get("include_usage"))):
+    chunks = _response_events() if responses else _chunks(bool((req.get("stream_options") or {}).get("include_usage")))
+    for chunk in chunks:
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
@@ -266,6 +305,11 @@ class Target:
     proc: subprocess.Popen | None
     headers: bytes = b""
 
+    @property
+    def responses(self) -> bool:
+        """Whether this target is measured on ``/v1/responses`` (its ``direct`` is ``direct-resp``)."""
+        return self.path.endswith("/responses")
+
 
 def check_source(env: dict, cwd: Path, tree: Path) -> None:
     """Stop unless a Reef started with ``env`` in ``cwd`` imports reef_core from ``tree``: an
@@ -278,7 +322,7 @@ def check_source(env: dict, cwd: Path, tree: Path) -> None:
 
 def start_targets(tmp: Path, with_litellm: bool, reef_state: Path | None = None,
                   reef_synchronous: str = "full", workers: tuple[int, ...] = (1,),
-                  baseline: Path | None = None) -> tuple[list[Target], list[subprocess.Popen]]:
+                  baseline: Path | None = None, responses: bool = True) -> tuple[list[Target], list[subprocess.Popen]]:
     procs = []
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
@@ -292,12 +336,15 @@ def start_targets(tmp: Path, with_litellm: bool, reef_state: Path | None = None,
     # Both proxies check a bearer token on every request, as they would in production.
     reef_env = {**env, "REEF_PLUGINS": "", "REEF_TOKEN": BENCH_KEY}
     auth = b"authorization: Bearer " + BENCH_KEY.encode() + b"\r\n"
-    reefs = [("reef" if n == 1 else f"reef-w{n}", n, reef_env) for n in workers]
+    reefs = [("reef" if n == 1 else f"reef-w{n}", n, reef_env, "openai") for n in workers]
     if baseline is not None:  # the same server from another source tree (e.g. a worktree of an older commit)
         reefs.append(("base", 1, {**reef_env, "PYTHONPATH": os.pathsep.join([str(baseline.resolve()),
-                                                                             reef_env["PYTHONPATH"]])}))
+                                                                             reef_env["PYTHONPATH"]])}, "openai"))
         check_source(reefs[-1][2], tmp, baseline)
-    for name, n, target_env in reefs:
+    if responses:  # the Responses pass-through: the same stub as a Responses upstream
+        targets.append(Target("direct-resp", stub_port, "/v1/responses", stub))
+        reefs.append(("reef-resp", 1, reef_env, "responses"))
+    for name, n, target_env, dialect in reefs:
         reef_port = free_port()
         state = (reef_state / name) if reef_state else tmp / name
         # cwd: ``python -c`` puts the working directory first on sys.path, so started from a
@@ -305,12 +352,14 @@ def start_targets(tmp: Path, with_litellm: bool, reef_state: Path | None = None,
         reef = subprocess.Popen([sys.executable, "-c", "from reef_core.cli import main; main()", "serve",
                                  f"server.port={reef_port}", f"server.state_dir={state}", f"server.workers={n}",
                                  f"runtime.upstream_url=http://127.0.0.1:{stub_port}", "server.log_level=warning",
+                                 f"runtime.dialect={dialect}",
                                  f"record_store.synchronous={reef_synchronous}"],
                                 env=target_env, cwd=tmp)
         procs.append(reef)
         if not wait_http(reef_port, "/readyz", reef):
             raise SystemExit(f"reef serve ({n} worker(s)) did not start")
-        targets.append(Target(name, reef_port, "/v1/chat/completions", reef, auth))
+        path = "/v1/responses" if dialect == "responses" else "/v1/chat/completions"
+        targets.append(Target(name, reef_port, path, reef, auth))
 
     if with_litellm:
         exe = shutil.which("litellm") or str(Path(sys.executable).parent / "litellm")
@@ -348,16 +397,17 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def scenario(targets: list[Target], stream: bool, concurrency: int, seconds: float, rounds: int):
-    body = json.dumps({"model": "stub", "stream": stream,
+    chat = json.dumps({"model": "stub", "stream": stream,
                        "messages": [{"role": "user", "content": "Say eight words."}]}).encode()
+    responses = json.dumps({"model": "stub", "stream": stream, "input": "Say eight words."}).encode()
     results = {t.name: [] for t in targets}
     for t in targets:  # warm-up: connections, caches, JIT-free but lazy imports
-        await load(t.port, t.path, body, t.headers, concurrency, min(1.0, seconds))
+        await load(t.port, t.path, responses if t.responses else chat, t.headers, concurrency, min(1.0, seconds))
     for r in range(rounds):
         order = targets if r % 2 == 0 else list(reversed(targets))
         for t in order:
             before = cpu_seconds(t.proc.pid) if t.proc else 0.0
-            win = await load(t.port, t.path, body, t.headers, concurrency, seconds)
+            win = await load(t.port, t.path, responses if t.responses else chat, t.headers, concurrency, seconds)
             win.cpu = (cpu_seconds(t.proc.pid) if t.proc else 0.0) - before
             results[t.name].append(win)
     return results
@@ -377,21 +427,28 @@ def summarize(results, stream: bool, concurrency: int) -> list[str]:
     d = merged["direct"]
     one = merged.get("reef")
     lines = [f"\n## {'streaming' if stream else 'non-streaming'}, concurrency {concurrency}",
-             f"{'target':<8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'p99/p50':>7} {'ttfb50':>8} {'+p50 ms':>8} "
+             f"{'target':<11} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'p99/p50':>7} {'ttfb50':>8} {'+p50 ms':>8} "
              f"{'+p99 ms':>8} {'+ttfb50':>8} {'cpu s/1k':>9} {'x 1 wkr':>7} {'errors':>6}"]
     for name, m in merged.items():
-        add = name != "direct"
+        add = not name.startswith("direct")
+        over = merged["direct-resp"] if name.endswith("-resp") else d  # the same route, direct
         # Worker scaling: each Reef's throughput over the one-worker Reef's, measured in the same run.
-        scale = f"{m['rps'] / one['rps']:>7.2f}" if name.startswith("reef") and one and one["rps"] else f"{'':>7}"
-        lines.append(f"{name:<8} {m['rps']:>8.0f} {m['p50']:>8.2f} {m['p99']:>8.2f} {m['p99'] / m['p50']:>7.1f} "
-                     f"{m['fb50']:>8.2f} {(m['p50'] - d['p50']) if add else 0:>8.2f} "
-                     f"{(m['p99'] - d['p99']) if add else 0:>8.2f} {(m['fb50'] - d['fb50']) if add else 0:>8.2f} "
+        scaled = name.startswith("reef") and not name.endswith("-resp") and one and one["rps"]
+        scale = f"{m['rps'] / one['rps']:>7.2f}" if scaled else f"{'':>7}"
+        lines.append(f"{name:<11} {m['rps']:>8.0f} {m['p50']:>8.2f} {m['p99']:>8.2f} {m['p99'] / m['p50']:>7.1f} "
+                     f"{m['fb50']:>8.2f} {(m['p50'] - over['p50']) if add else 0:>8.2f} "
+                     f"{(m['p99'] - over['p99']) if add else 0:>8.2f} {(m['fb50'] - over['fb50']) if add else 0:>8.2f} "
                      f"{m['cpu_per_1k']:>9.2f} {scale} {m['errors']:>6}")
     if "litellm" in merged and "reef" in merged:
         r, lt = merged["reef"], merged["litellm"]
         lines.append(f"reef/litellm: throughput x{r['rps'] / lt['rps']:.2f}, added p50 "
                      f"{(r['p50'] - d['p50']):.2f} vs {(lt['p50'] - d['p50']):.2f} ms, "
                      f"cpu per request x{r['cpu_per_1k'] / lt['cpu_per_1k']:.2f}")
+    if "reef-resp" in merged and "reef" in merged:
+        r, rr, dr = merged["reef"], merged["reef-resp"], merged["direct-resp"]
+        lines.append(f"responses pass-through/chat route: throughput x{rr['rps'] / r['rps']:.2f}, added p50 "
+                     f"{(rr['p50'] - dr['p50']):.2f} vs {(r['p50'] - d['p50']):.2f} ms, "
+                     f"cpu per request x{rr['cpu_per_1k'] / r['cpu_per_1k']:.2f}")
     if "base" in merged and "reef" in merged:
         r, b = merged["reef"], merged["base"]
         lines.append(f"reef/base: throughput x{r['rps'] / b['rps']:.2f}, added p50 "
@@ -405,6 +462,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0, help="length of one measurement window")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved windows per target and scenario")
     ap.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM proxy")
+    ap.add_argument("--no-responses", action="store_true",
+                    help="skip the Responses pass-through (reef-resp, direct-resp)")
     ap.add_argument("--concurrency", default="1,32")
     ap.add_argument("--modes", default="plain,stream", help="plain, stream or both (comma-separated)")
     ap.add_argument("--reef-synchronous", choices=["full", "normal"], default="full",
@@ -424,7 +483,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="reef-bench-"))
     workers = tuple(sorted({int(w) for w in args.workers.split(",")} | {1}))
     targets, procs = start_targets(tmp, not args.no_litellm, args.reef_state_dir, args.reef_synchronous, workers,
-                                   args.baseline)
+                                   args.baseline, not args.no_responses)
     print(f"targets: {', '.join(t.name for t in targets)}; {os.cpu_count()} CPUs; "
           f"{args.rounds} rounds x {args.seconds}s per target and scenario; "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
