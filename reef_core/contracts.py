@@ -51,8 +51,9 @@ if TYPE_CHECKING:  # only for annotations: these modules import the kernel's mac
 class Runtime(ABC):
     """Serves model calls. Registered with ``register_runtimes``; built from the ``runtime`` group.
 
-    A runtime speaks one provider dialect (``openai`` or ``anthropic``); the server translates
-    client bodies into it before the call and translates answers back.
+    A runtime speaks one provider dialect (``openai``, ``anthropic`` or ``responses``, the OpenAI
+    Responses API); the server translates client bodies into it before the call and translates
+    answers back (a Responses client before a ``responses`` runtime: nothing to translate).
 
     Model names: ``models()`` says which names a request may carry; the kernel rejects others
     before the runtime is called, so a runtime sees only served names, or any name when it
@@ -86,6 +87,8 @@ class Runtime(ABC):
         OpenAI dialect: ``chat.completion.chunk`` objects (the server writes ``data: [DONE]``).
         Anthropic dialect: event objects with their ``type`` (``message_start`` …
         ``message_stop``); the server writes the SSE ``event:`` line from ``type``.
+        Responses dialect: the Responses events (``response.created`` … ``response.completed``,
+        ``response.incomplete`` or ``response.failed``), ``event:`` lines likewise.
         """
 
     async def stream_batches(self, call: InferenceCall) -> AsyncIterator[list[dict[str, Any]]]:

@@ -281,6 +281,16 @@ def _stream_error(dialect: str, status: int, message: str) -> dict[str, Any]:
     return body
 
 
+def _failed_response(final: dict[str, Any] | None) -> str | None:
+    """Why a Responses upstream's stream ended with ``response.failed`` (the record's error; the
+    event itself goes to the client as sent), or None."""
+    if final is None or final.get("type") != "response.failed":
+        return None
+    error = (final.get("response") or {}).get("error")
+    message = error.get("message") if isinstance(error, dict) else None
+    return f"the upstream response failed: {message or 'no reason given'}"
+
+
 def _open_stream(state: ServeState, call: InferenceCall) -> AsyncIterator[list[dict[str, Any]]]:
     """The runtime's stream as batches of events (``Runtime.stream_batches``: the runtime's own
     batches, one socket write per network read upstream, or by default one event each)."""
@@ -466,8 +476,9 @@ async def _relay(job: _StreamJob, first: list[dict[str, Any]], translator: Any) 
     await asyncio.sleep(0)
     if job.client_gone:
         return
+    failed = _failed_response(held_stop) if dialect == "responses" else None
     try:
-        await state.writer.write(job.record("ok"))
+        await state.writer.write(job.record("error" if failed else "ok", failed))
     except Exception as exc:  # no durable record, so no receipt marker: the client is told
         log.error("could not store record %s: %s", ex.record_id, exc)
         state.metrics.record_failures.inc()
@@ -488,5 +499,5 @@ async def _relay(job: _StreamJob, first: list[dict[str, Any]], translator: Any) 
         stop = dict(held_stop or {"type": "message_stop"})
         stop["reef"] = marker
         yield _sse(dialect, stop)
-    state.metrics.requests.labels(ex.route, ex.scenario, "ok").inc()
+    state.metrics.requests.labels(ex.route, ex.scenario, "error" if failed else "ok").inc()
     state.metrics.latency.labels(ex.route, "true").observe(time.perf_counter() - ex.started)

@@ -13,7 +13,9 @@ It serves ``POST /v1/responses`` (whole or streamed, with the event sequence Ope
 ``response.created`` … per output item ``output_item.added``, its deltas, ``output_item.done``
 … ``response.completed``), ``GET /v1/responses/{id}`` (what it stored: answers to requests
 without ``store: false``), and ``GET /v1/models``. A ``previous_response_id`` that it did not
-store is a 400, as at OpenAI. Every request body is kept in ``up.requests``.
+store is a 400, as at OpenAI. Every request body is kept in ``up.requests``. Controls for the
+next stream: ``fail_stream(message)`` ends it with ``response.failed``; ``cut_stream(after_events)``
+drops the connection after that many events.
 
 The responder returns output items (build them with ``responses_items``), or a ``Reply`` or a
 string (a message, then the reply's function calls). The default answers like the real
@@ -77,6 +79,8 @@ class FakeResponsesUpstream:
         self.retrieved: list[str] = []
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
+        self._fail_message: str | None = None
+        self._cut_after: int | None = None
         self._server = ServerThread(Starlette(routes=[
             Route("/v1/responses", self._create, methods=["POST"]),
             Route("/v1/responses/{response_id}", self._retrieve, methods=["GET"]),
@@ -99,6 +103,14 @@ class FakeResponsesUpstream:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    def fail_stream(self, message: str = "fake upstream failure") -> None:
+        """End the next stream with ``response.failed`` carrying ``message``."""
+        self._fail_message = message
+
+    def cut_stream(self, after_events: int = 3) -> None:
+        """Drop the next stream's connection after ``after_events`` events."""
+        self._cut_after = after_events
 
     # ------------------------------------------------------------------ routes
 
@@ -140,7 +152,15 @@ class FakeResponsesUpstream:
             self.stored[response["id"]] = response
         if not body.get("stream"):
             return JSONResponse(response)
-        return StreamingResponse(self._sse(self._events(response)), media_type="text/event-stream")
+        events = self._events(response)
+        with self._lock:
+            failure, self._fail_message = self._fail_message, None
+            cut, self._cut_after = self._cut_after, None
+        if failure is not None:
+            failed = {**response, "status": "failed", "error": {"code": "server_error", "message": failure}}
+            events[-1] = {"type": "response.failed", "sequence_number": events[-1]["sequence_number"],
+                          "response": failed}
+        return StreamingResponse(self._sse(events, cut), media_type="text/event-stream")
 
     # ------------------------------------------------------------------ shapes
 
@@ -233,6 +253,8 @@ class FakeResponsesUpstream:
         return events
 
     @staticmethod
-    async def _sse(events: list[dict[str, Any]]) -> AsyncIterator[bytes]:
-        for event in events:
+    async def _sse(events: list[dict[str, Any]], cut: int | None = None) -> AsyncIterator[bytes]:
+        for n, event in enumerate(events):
+            if n == cut:
+                raise ConnectionResetError("fake upstream cut the stream")
             yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()

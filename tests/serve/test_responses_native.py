@@ -300,3 +300,27 @@ def test_evaluators_and_recipes_speak_chat_completions_to_a_responses_runtime(tm
             asyncio.run_coroutine_threadsafe(runtime.aclose(), loop).result()
             loop.call_soon_threadsafe(loop.stop)
             thread.join(5)
+
+
+def test_a_failed_or_broken_upstream_stream_is_recorded_as_such(native):
+    up, reef = native
+    up.fail_stream("the model is overloaded")
+    with reef.client().stream("POST", "/v1/responses", json=codex_body(stream=True)) as resp:
+        events = parse_sse(resp.read().decode())
+        receipt = resp.headers["x-reef-agent-record-id"]
+    assert events[-1][1]["type"] == "response.failed" and events[-1][1]["reef"]["agent_record_id"] == receipt
+    record = reef.wait_record(receipt)
+    assert record.status == "error" and "the model is overloaded" in record.error
+    # cut inside the custom tool call: the record keeps what arrived, its partial input included
+    events = up._events(up._response({}, "resp_x", agentic({})))
+    cut = next(n for n, e in enumerate(events) if e["type"] == "response.custom_tool_call_input.done")
+    up.cut_stream(after_events=cut)
+    with reef.client().stream("POST", "/v1/responses", json=codex_body(stream=True)) as resp:
+        last = parse_sse(resp.read().decode())[-1]
+        receipt = resp.headers["x-reef-agent-record-id"]
+    assert last[0] == "error"
+    record = reef.wait_record(receipt)
+    assert record.status == "incomplete"
+    call = next(i for i in record.response["output"] if i["type"] == "custom_tool_call")
+    assert call["input"] == "*** Begin Patch\n*** End Patch"
+    assert record.response["output"][0]["encrypted_content"].startswith("gAAAA-encrypted-")

@@ -468,6 +468,10 @@ class ResponsesAssembler:
             item = self.items.get(event.get("output_index", 0))
             if item is not None:
                 item["arguments"] = item.get("arguments", "") + str(event.get("delta", ""))
+        elif kind == "response.custom_tool_call_input.delta":  # a Responses upstream's free-form tool call
+            item = self.items.get(event.get("output_index", 0))
+            if item is not None:
+                item["input"] = item.get("input", "") + str(event.get("delta", ""))
         elif kind in TERMINAL_EVENTS:
             self.final = dict(event.get("response") or {})
 
