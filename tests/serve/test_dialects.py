@@ -163,3 +163,51 @@ def test_stream_errors_and_partial_assembly():
     partial = asm.result()
     assert partial["content"][0]["text"] == "Hello"
     assert partial["content"][1]["input"] == {"partial_json": '{"x":'}
+
+
+# ---------------------------------------------------------------------------- Chat Completions -> a Responses upstream
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from reef_core.serve.dialects import translate_request as _translate  # noqa: E402
+from reef_core.serve.dialects.responses_api import responses_to_chat  # noqa: E402
+
+_TEXT = st.text(min_size=1, max_size=12)
+
+
+@st.composite
+def _conversations(draw):
+    """Chat conversations: a system prompt, user turns, assistant text or tool calls and their results."""
+    messages = [{"role": "system", "content": draw(_TEXT)}] if draw(st.booleans()) else []
+    for turn in range(draw(st.integers(1, 4))):
+        messages.append({"role": "user", "content": draw(_TEXT)})
+        if draw(st.booleans()):
+            call = {"id": f"call_{turn}", "type": "function",
+                    "function": {"name": draw(st.sampled_from(["read", "shell"])), "arguments": '{"x": 1}'}}
+            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            messages.append({"role": "tool", "tool_call_id": f"call_{turn}", "content": draw(_TEXT)})
+        messages.append({"role": "assistant", "content": draw(_TEXT)})
+    return messages
+
+
+@given(_conversations(), st.sampled_from(["openai", "anthropic"]), st.integers(1, 500))
+def test_a_chat_or_anthropic_request_reaches_a_responses_upstream_with_its_conversation_whole(messages, client, limit):
+    """Whatever the conversation, translating a client's request to the Responses API and reading
+    it back as Chat Completions (the other direction's translator) gives the same conversation."""
+    body = {"model": "gpt-5", "messages": messages, "max_tokens": limit}
+    if client == "anthropic":
+        body = _translate(body, "openai", "anthropic")
+    sent = _translate(body, client, "responses")
+    assert sent["max_output_tokens"] == limit and sent["store"] is False and "messages" not in sent
+    back = responses_to_chat(sent)["messages"]
+
+    def shape(ms):
+        out = []
+        for m in ms:
+            calls = [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"]))
+                     for c in m.get("tool_calls") or []]
+            out.append((m["role"], m.get("content") or None, m.get("tool_call_id"), calls))
+        return out
+
+    assert shape(back) == shape(messages)
