@@ -242,6 +242,15 @@ def test_upstream_runtime_passes_the_kit(dialect):
     assert len(out["events"]) >= 2 and out["batches"]
 
 
+def test_a_responses_upstream_runtime_passes_the_kit():
+    from reef_core.testing import FakeResponsesUpstream
+
+    with FakeResponsesUpstream() as up:
+        out = check_runtime(UpstreamRuntime(upstream_url=up.url, dialect="responses"))
+    assert out["response"]["output"][-1]["content"][0]["text"] == "echo: Say hi."
+    assert out["events"][-1]["type"] == "response.completed" and up.requests[0]["max_output_tokens"] == 16
+
+
 def test_kits_catch_a_broken_recipe(tmp_path):
     class WrongReturn(contracts.Recipe):
         update_target, filters, batch_size, default_evaluator = "harness", (), 1, "always"

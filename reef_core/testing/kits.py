@@ -366,7 +366,7 @@ def check_runtime(runtime: Any, *, body: dict[str, Any] | None = None, start: bo
     release, list models, close. ``body`` defaults to a one-question chat in the runtime's dialect.
     Returns {"response", "events", "batches", "models"} for further checks."""
     runtime = _conforms("runtime", runtime)
-    assert runtime.dialect in ("openai", "anthropic"), f"dialect {runtime.dialect!r}"
+    assert runtime.dialect in ("openai", "anthropic", "responses"), f"dialect {runtime.dialect!r}"
     assert isinstance(runtime.default_max_tokens, int) and runtime.default_max_tokens > 0
 
     async def run() -> dict[str, Any]:
@@ -377,7 +377,9 @@ def check_runtime(runtime: Any, *, body: dict[str, Any] | None = None, start: bo
             assert problem is None or isinstance(problem, str), "config_problem returns a sentence or None"
             models = list(runtime.models())
             assert all(isinstance(m, str) for m in models), "models() must list names"
-            req = dict(body or {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 16})
+            default = {"input": "Say hi.", "max_output_tokens": 16} if runtime.dialect == "responses" \
+                else {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 16}
+            req = dict(body or default)
             if models and "model" not in req:
                 req["model"] = models[0]
             call = InferenceCall(scenario=SCENARIO, record_id="rec_kit", body=req, dialect=runtime.dialect)
