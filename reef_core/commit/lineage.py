@@ -14,6 +14,13 @@ rename, under a file lock and only if the head is still the one the step started
 (compare-and-swap). A process killed anywhere in between leaves the previous head intact:
 the head is always the last completed step.
 
+Fencing: a step runs under the scenario's growth lease, and the head moves only inside
+``fence`` (``RecipeContext.fence``: the lease row locked and known to be held with the step's
+token, ``RecordStore.fenced``) and only with a token not older than the one that wrote the
+head (``HEAD.json`` records it): a step whose process lost the lease (paused or partitioned
+past its expiry, its batch already settled and handed out again) is refused and never
+advances the lineage with that batch.
+
 A lineage continues only from a serving release it knows: the one that served when its head
 was written, or its own snapshot (published). When serving moved anywhere else (a rollback,
 another server's release) the recipe resets it to the serving release (``Lineages.reset``),
@@ -26,6 +33,8 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,10 +42,14 @@ from typing import Any
 
 from ..errors import ConflictError
 from ..store.filelock import FileLock
+from ..store.leases import LeaseLost
 from .artifacts import copy_artifact
 
 HEAD_FILE = "HEAD.json"
 STEPS_DIR = "steps"
+
+#: what a head moves inside: the growth lease's fence (None: unfenced, no lease in play)
+Fence = Callable[[], AbstractContextManager[Any]] | None
 
 
 @dataclass(frozen=True)
@@ -59,6 +72,8 @@ class LineageHead:
     #: {release id: the lineage step whose state it serves} of the releases this lineage saw
     #: serve ("" the base model), the newest ``RELEASES_KEPT``
     releases: dict[str, int] = field(default_factory=dict)
+    #: the growth lease token of the step that last moved the head (None: moved without one)
+    lease_token: int | None = None
 
     def lag(self, release_id: str | None) -> int:
         """Policy lag, in lineage steps, of a rollout sampled from ``release_id``: how many
@@ -70,7 +85,7 @@ class LineageHead:
         return {"scenario": self.scenario, "id": self.id, "step": self.step,
                 "checkpoint": str(self.checkpoint) if self.checkpoint else None, "meta": self.meta,
                 "last_reset": self.last_reset, "published_step": self.published_step,
-                "published_release": self.published_release,
+                "published_release": self.published_release, "lease_token": self.lease_token,
                 "steps_since_publish": self.step - (self.published_step or 0)}
 
 
@@ -95,13 +110,16 @@ class Lineages:
                            checkpoint=self.dir_of(scenario) / STEPS_DIR / checkpoint if checkpoint else None,
                            meta=dict(data.get("meta") or {}), last_reset=data.get("last_reset"),
                            published_step=data.get("published_step"), published_release=data.get("published_release"),
-                           releases={str(k): int(v) for k, v in (data.get("releases") or {}).items()})
+                           releases={str(k): int(v) for k, v in (data.get("releases") or {}).items()},
+                           lease_token=data.get("lease_token"))
 
     def advance(self, scenario: str, checkpoint_dir: Path, meta: dict[str, Any], *, expected: str | None,
-                steps: int = 1) -> LineageHead:
+                steps: int = 1, fence: Fence = None, token: int | None = None) -> LineageHead:
         """Make a copy of ``checkpoint_dir`` the new head, ``steps`` training steps after the
-        head ``expected`` (its id; None: the lineage must not exist yet). Raises
-        ``ConflictError`` when the head is not ``expected`` any more (nothing changes)."""
+        head ``expected`` (its id; None: the lineage must not exist yet), inside ``fence`` with
+        the growth lease token ``token``. Raises ``ConflictError`` when the head is not
+        ``expected`` any more, ``LeaseLost`` when the lease is not held with ``token`` or a
+        newer token moved the head (nothing changes either way)."""
         sdir = self.dir_of(scenario) / STEPS_DIR
         sdir.mkdir(parents=True, exist_ok=True)
         new_id = _new_id()
@@ -114,7 +132,7 @@ class Lineages:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         try:
-            return self._swap(scenario, expected, lambda old: {
+            return self._swap(scenario, expected, fence=fence, token=token, change=lambda old: {
                 **_carried(old), "id": new_id, "step": (old["step"] if old else 0) + steps,
                 "checkpoint": new_id, "meta": meta,
                 # the serving release this lineage first trained against starts at its step then
@@ -124,10 +142,11 @@ class Lineages:
             raise
 
     def reset(self, scenario: str, *, to_release: str | None, reason: str,
-              expected: str | None | type = ...) -> LineageHead:
+              expected: str | None | type = ..., fence: Fence = None, token: int | None = None) -> LineageHead:
         """Drop the head's checkpoint: training continues from ``to_release``'s state (the
         serving release), and the reset is remembered with ``reason``. ``expected``: the head
-        id this reset replaces (default: whatever the head is)."""
+        id this reset replaces (default: whatever the head is); ``fence``/``token``: a step's
+        growth lease, as for ``advance`` (a reset by hand or by a rollback takes none)."""
         at = datetime.now(timezone.utc).isoformat()
 
         def reset(old: dict[str, Any] | None) -> dict[str, Any]:
@@ -137,7 +156,7 @@ class Lineages:
                     "releases": _seen(old, to_release, step),
                     "last_reset": {"at": at, "step": step, "to_release": to_release, "reason": reason}}
 
-        return self._swap(scenario, expected, reset)
+        return self._swap(scenario, expected, reset, fence=fence, token=token)
 
     def note_published(self, scenario: str, head_id: str, release_id: str) -> LineageHead | None:
         """Record that the snapshot of head ``head_id`` was published as ``release_id`` (the
@@ -152,18 +171,25 @@ class Lineages:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _swap(self, scenario: str, expected: Any, change: Any) -> LineageHead:
+    def _swap(self, scenario: str, expected: Any, change: Any, *, fence: Fence = None,
+              token: int | None = None) -> LineageHead:
         sdir = self.dir_of(scenario)
         sdir.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(sdir / ".lock"))
         try:
-            with lock:
+            with lock, (fence or nullcontext)():
                 path = sdir / HEAD_FILE
                 old = json.loads(path.read_text()) if path.exists() else None
                 if expected is not ... and (old["id"] if old else None) != expected:
                     raise ConflictError(f"the lineage of {scenario!r} moved: expected head {expected or 'none'}, "
                                         f"found {old['id'] if old else 'none'}; nothing changed")
+                written_by = (old or {}).get("lease_token")
+                if token is not None and written_by is not None and int(written_by) > int(token):
+                    raise LeaseLost(f"the lineage of {scenario!r} was moved under growth lease token {written_by}, "
+                                    f"newer than this step's {token}; nothing changed")
                 new = change(old)
+                if token is not None:
+                    new["lease_token"] = int(token)
                 tmp = sdir / f".{HEAD_FILE}.tmp"
                 with open(tmp, "w") as f:
                     json.dump(new, f, indent=2, sort_keys=True)
@@ -224,25 +250,28 @@ def regression(evaluation: Any) -> str | None:
             f"[{low:+.3f}, {high:+.3f}] entirely below -{margin:g}")
 
 
-def guard_divergence(state_dir: str | Path, candidate: Any, evaluation: Any, serving: str | None) -> str | None:
+def guard_divergence(state_dir: str | Path, candidate: Any, evaluation: Any, serving: str | None, *,
+                     fence: Fence = None, token: int | None = None) -> str | None:
     """The divergence guard, after the gate did not publish ``candidate`` (a lineage's snapshot):
     when it found it significantly worse than serving, reset the lineage to the serving release
-    ``serving`` (only if the head is still that snapshot) and say why in the candidate's
-    metadata (``lineage.reset``). The reason, or None when nothing was reset."""
+    ``serving`` (only if the head is still that snapshot, inside the step's lease ``fence``) and
+    say why in the candidate's metadata (``lineage.reset``). The reason, or None when nothing
+    was reset."""
     found = lineage_of(candidate.metadata)
     reason = regression(evaluation) if found is not None else None
     if reason is None:
         return None
     try:
-        Lineages(state_dir).reset(candidate.scenario, to_release=serving, reason=reason, expected=str(found["head"]))
-    except ConflictError:  # the lineage moved on meanwhile: that head is judged by its own candidate
+        Lineages(state_dir).reset(candidate.scenario, to_release=serving, reason=reason, expected=str(found["head"]),
+                                  fence=fence, token=token)
+    except ConflictError:  # the lineage moved on (or the lease did): that head is judged by its own candidate
         return None
     found["reset"] = reason
     return reason
 
 
 def _carried(old: dict[str, Any] | None) -> dict[str, Any]:
-    keys = ("last_reset", "published_step", "published_release", "releases")
+    keys = ("last_reset", "published_step", "published_release", "releases", "lease_token")
     return {k: old.get(k) for k in keys} if old else {}
 
 

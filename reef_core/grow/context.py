@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +42,8 @@ class RecipeContext:
     reporter (``with ctx.progress.task("...", total=n) as bar: bar.advance()``), ``log`` a
     logger, ``current`` the serving release (None before the first), ``options`` the
     recipe's resolved options. A recipe that proposes nothing may say why in ``skip_reason``.
+    ``lease`` is the growth lease the step holds (None outside a server's step): a recipe that
+    keeps a lineage moves its head only inside ``fence()``, with ``lease_token``.
     """
 
     scenario: str
@@ -54,6 +58,24 @@ class RecipeContext:
     _model: EvalContext
     #: why ``propose`` returned None, when the recipe says (the ``skipped`` candidate's reason)
     skip_reason: str | None = None
+    #: the growth lease the step holds (``reef_core.grow.lease.Holding``), None without one
+    lease: Any = None
+
+    @property
+    def lease_token(self) -> int | None:
+        """The fencing token of the step's growth lease (None without one)."""
+        return self.lease.token if self.lease is not None else None
+
+    @contextmanager
+    def fence(self) -> Iterator[None]:
+        """Run the block while the step's growth lease is provably still held with its token
+        and cannot change hands (``RecordStore.fenced``); ``LeaseLost`` when it is not. Without
+        a lease the block just runs."""
+        if self.lease is None or not hasattr(self.store, "fenced"):
+            yield
+            return
+        with self.store.fenced(self.lease.scenario, self.lease.holder, self.lease.token):
+            yield
 
     def complete(self, body: dict[str, Any], release: ActiveRelease | None = None, *,
                  timeout_s: float | None = None) -> dict[str, Any]:

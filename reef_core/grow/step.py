@@ -192,10 +192,10 @@ async def _step(reef: Reef, plan: ScenarioPlan, trigger: str, progress: Any, res
     staged_dir = reef.state_dir / "candidates" / cid
     try:
         current = await releases.current(scenario, head)
-        candidate = await _propose(reef, plan, batch, current, row, scratch, staged_dir, progress, result)
+        candidate = await _propose(reef, plan, batch, current, row, scratch, staged_dir, progress, result, lease)
         if candidate is None:
             return
-        evaluation, decision = await _evaluate(reef, plan, candidate, head, current, row, progress, result)
+        evaluation, decision = await _evaluate(reef, plan, candidate, head, current, row, progress, result, lease)
         if decision.outcome == "select":
             fault_point("selected")
             await _publish(reef, plan, candidate, head, evaluation, decision, result, lease)
@@ -222,13 +222,15 @@ async def _step(reef: Reef, plan: ScenarioPlan, trigger: str, progress: Any, res
 
 
 async def _propose(reef: Reef, plan: ScenarioPlan, batch: Batch, current: Any, row: CandidateRow,
-                   scratch: Path, staged_dir: Path, progress: Any, result: StepResult) -> Candidate | None:
+                   scratch: Path, staged_dir: Path, progress: Any, result: StepResult,
+                   lease: Holding | None = None) -> Candidate | None:
     """Run the recipe and stage its artifact; None when there is nothing to evaluate (the
     candidate row then says why)."""
     store, recipe_name, recipe = reef.store, plan.recipe_name, plan.recipe
     ctx = RecipeContext(scenario=batch.scenario, recipe=recipe_name, runtime=reef.runtime, store=store,
                         scratch_dir=scratch, progress=progress, log=logging.getLogger(f"reef.recipe.{recipe_name}"),
-                        current=current, settings=reef.settings, _model=eval_context(reef, batch.scenario, progress))
+                        current=current, settings=reef.settings, _model=eval_context(reef, batch.scenario, progress),
+                        lease=lease)
     try:
         proposed = await asyncio.to_thread(recipe.propose, batch, current, ctx)
         if proposed is not None and not isinstance(proposed, Candidate):
@@ -261,7 +263,8 @@ async def _propose(reef: Reef, plan: ScenarioPlan, batch: Batch, current: Any, r
 
 
 async def _evaluate(reef: Reef, plan: ScenarioPlan, candidate: Candidate, head: Any, current: Any,
-                    row: CandidateRow, progress: Any, result: StepResult) -> tuple[Evaluation, Decision]:
+                    row: CandidateRow, progress: Any, result: StepResult,
+                    lease: Holding | None = None) -> tuple[Evaluation, Decision]:
     """The gate's verdict, recorded on the candidate and told to observers."""
     if head is not None and row.artifact["content_hash"] == head.content_hash:
         evaluation = Evaluation(evaluator="none")
@@ -280,7 +283,7 @@ async def _evaluate(reef: Reef, plan: ScenarioPlan, candidate: Candidate, head: 
                             episodes=list(evaluation.episodes or ()), return_experience=returned)
     row.status = status
     if decision.outcome != "select" and plan.recipe.keeps_lineage:
-        await _guard_lineage(reef, candidate, evaluation, head, row)
+        await _guard_lineage(reef, candidate, evaluation, head, row, lease)
     if reef.observed("candidate_evaluated"):  # copies: an observer cannot change what gets published
         reef.emit("candidate_evaluated", candidate=copy.deepcopy(candidate), evaluation=copy.deepcopy(evaluation),
                      decision=decision)
@@ -348,13 +351,15 @@ async def _publish(reef: Reef, plan: ScenarioPlan, candidate: Candidate, head: A
 
 
 async def _guard_lineage(reef: Reef, candidate: Candidate, evaluation: Evaluation, head: Any,
-                         row: CandidateRow) -> None:
+                         row: CandidateRow, lease: Holding | None = None) -> None:
     """The divergence guard (``reef_core.commit.lineage.guard_divergence``): a snapshot the gate
     found significantly worse than serving resets its lineage to serving; the reason goes into
     the candidate's metadata (``lineage.reset``), which the metrics observer counts."""
     try:
+        fence = (lambda: reef.store.fenced(lease.scenario, lease.holder, lease.token)) if lease else None
         reason = await asyncio.to_thread(guard_divergence, reef.state_dir, candidate, evaluation,
-                                         head.release_id if head else None)
+                                         head.release_id if head else None, fence=fence,
+                                         token=lease.token if lease else None)
         if reason is not None:
             log.warning("%s: lineage reset: %s", candidate.scenario, reason)
             await asyncio.to_thread(reef.store.update_candidate, row.id, artifact=row.artifact)

@@ -224,7 +224,7 @@ class OpenClawRecipe(Recipe):
         # Each batch's AdamW starts afresh from the lineage head's adapter (the serving one without
         # a lineage), as this recipe always trained: the learner/ gives the counters, not the moments.
         payload = StepPayload(self.algorithm, self.lora, [[t for _, t in turns]], resume_optimizer=False)
-        head = lineage.continued_head(self.lineages, batch.scenario, current, ctx.log)
+        head = lineage.continued_head(self.lineages, batch.scenario, current, ctx.log, ctx)
         adapter, learner_dir, source = lineage.learner_source(head, current, runtime, "openclaw")
         before = read_learner_state(learner_dir, "openclaw") if learner_dir is not None else None
         artifact = ctx.new_artifact()

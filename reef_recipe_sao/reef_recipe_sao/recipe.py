@@ -126,7 +126,7 @@ class SAORecipe(Recipe):
             return None
         runtime = require_trainable(ctx.runtime, ctx.recipe)
         base = runtime.base_model()
-        head = lineage.continued_head(self.lineages, batch.scenario, current, ctx.log)
+        head = lineage.continued_head(self.lineages, batch.scenario, current, ctx.log, ctx)
         adapter, learner_dir, source = self.learner_source(head, current, runtime)
         before = read_learner_state(learner_dir, "sao") if learner_dir is not None else None
         chunks = self.steps_of(rollouts)

@@ -127,7 +127,7 @@ class TTTDRecipe(Recipe):
             groups.append(group)
         runtime = require_trainable(ctx.runtime, ctx.recipe)
         base = runtime.base_model()
-        head = lineage.continued_head(self.lineages, batch.scenario, current, ctx.log)
+        head = lineage.continued_head(self.lineages, batch.scenario, current, ctx.log, ctx)
         adapter, learner_dir, source = lineage.learner_source(head, current, runtime, "tttd")
         before = read_learner_state(learner_dir, "tttd") if learner_dir is not None else None
         artifact = ctx.new_artifact()

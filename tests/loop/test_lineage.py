@@ -322,3 +322,74 @@ def test_a_skipped_step_says_why(tmp_path):
     [step] = grow_steps(reef, 1)
     assert step.outcome == "skipped" and "from this batch: nothing to learn: no reward" in step.reason
     assert reef.store.get_candidate(step.candidate_id).reason == step.reason
+
+
+class LeaseLosingRecipe(NewRuleRecipe):
+    """A lineage recipe that moves its head as the weight recipes do (``reef_train.lineage``,
+    under the step's growth lease). On server a's first step, while it trains, a's lease
+    expires (its process paused past the expiry) and server b runs a whole step meanwhile."""
+
+    keeps_lineage = True
+    #: server b's step, run while a's first step trains (set by the test)
+    meanwhile = None
+
+    def __init__(self, batch_size: int = 1, state_dir=None):
+        super().__init__(batch_size)
+        self.lineages = Lineages(state_dir)
+        self.advanced: list[list[str]] = []
+
+    def propose(self, batch, current, ctx):
+        from reef_train import lineage
+
+        head = lineage.continued_head(self.lineages, batch.scenario, current, ctx.log, ctx)
+        cand = super().propose(batch, current, ctx)
+        if LeaseLosingRecipe.meanwhile is not None and len(self.batches) == 1:
+            run, LeaseLosingRecipe.meanwhile = LeaseLosingRecipe.meanwhile, None
+            run()
+        new = lineage.advance(self.lineages, batch.scenario, cand.artifact_dir, head=head, current=current, steps=1,
+                              meta={}, ctx=ctx)
+        self.advanced.append(batch.report_ids)
+        return Candidate(scenario=cand.scenario, recipe=cand.recipe, artifact_dir=cand.artifact_dir,
+                         summary=cand.summary, metadata={"lineage": lineage.candidate_metadata(new)})
+
+
+def test_a_step_that_lost_the_growth_lease_never_advances_the_lineage(tmp_path, store_url):
+    """Two servers on one store: a's step trains a batch, its lease expires meanwhile, b takes
+    the lease over, settles a's candidate (interrupted: its batch returns to the pool) and
+    trains that batch into its lineage. a's advance is then refused (the fencing token): the
+    batch advances a lineage once, never twice."""
+    import threading
+
+    from sqlalchemy import text
+
+    add_plugin("evaluator", "always_reject", AlwaysReject)
+    add_plugin("recipe", "lease_losing", LeaseLosingRecipe)
+    reefs = []
+    for name in ("a", "b"):
+        config = feedback_rules_config(loop_enabled=False, evaluator={"name": "always_reject"})
+        config["recipe"] = {"name": "lease_losing", "batch_size": 1}
+        config["loop"].update(retry_after_new=0, max_attempts=3)
+        config["record_store"] = {"url": store_url}
+        (tmp_path / name).mkdir()
+        settings = settings_for(tmp_path / name, Down, config, [f"artifact_store.path={tmp_path / 'artifacts.git'}"])
+        reefs.append(build_reef(settings, get_plugins(), background=False))
+    a, b = reefs
+    _, rpt = _seed(a.store, scenario="default")
+    b_steps: list = []
+
+    def b_steps_meanwhile():
+        with a.store._writer.begin() as conn:   # a's process is paused past its lease's expiry
+            conn.execute(text("UPDATE growth_leases SET expires_at = 0"))
+        thread = threading.Thread(target=lambda: b_steps.extend(grow_steps(b, 1)))
+        thread.start()
+        thread.join(timeout=120)
+
+    LeaseLosingRecipe.meanwhile = b_steps_meanwhile
+    [a_step] = grow_steps(a, 1)
+    [b_step] = b_steps
+    assert b_step.outcome == "rejected", b_step.reason
+    assert a_step.outcome == "error" and "growth lease" in a_step.reason, a_step.reason
+    advanced = [batch for r in reefs for batch in r.learning.plan("default").recipe.advanced]
+    assert advanced == [[rpt]]                                   # the batch advanced one lineage once
+    heads = {name: Lineages(tmp_path / name / "state").head("default") for name in ("a", "b")}
+    assert heads["a"] is None and heads["b"].step == 1 and heads["b"].lease_token is not None

@@ -26,7 +26,15 @@ def lineages_in(state_dir: str | Path | None) -> Lineages:
     return Lineages(Path(state_dir) if state_dir is not None else Path(tempfile.mkdtemp(prefix="reef-lineage-")))
 
 
-def continued_head(lineages: Lineages, scenario: str, current: Any, log: logging.Logger) -> LineageHead | None:
+def fencing(ctx: Any) -> dict[str, Any]:
+    """The growth lease a step's lineage moves under (``RecipeContext.fence`` and
+    ``lease_token``; nothing for a context without them, e.g. a bench's)."""
+    fence = getattr(ctx, "fence", None)
+    return {"fence": fence, "token": getattr(ctx, "lease_token", None)} if fence is not None else {}
+
+
+def continued_head(lineages: Lineages, scenario: str, current: Any, log: logging.Logger,
+                   ctx: Any = None) -> LineageHead | None:
     """The scenario's lineage head, checked against serving (``current``): it continues from the
     release that served when it was written or from its own published snapshot (the content
     hashes match; that publish is noted); serving anything else (a rollback, another server's
@@ -42,7 +50,7 @@ def continued_head(lineages: Lineages, scenario: str, current: Any, log: logging
     reason = (f"serving moved to {serving or 'the base model'}, which is not this lineage's snapshot "
               f"(a rollback, or a release from another server)")
     log.warning("lineage of %r reset at step %d: %s", scenario, head.step, reason)
-    return lineages.reset(scenario, to_release=serving, reason=reason, expected=head.id)
+    return lineages.reset(scenario, to_release=serving, reason=reason, expected=head.id, **fencing(ctx))
 
 
 def learner_source(head: LineageHead | None, current: Any, runtime: Any,
@@ -61,13 +69,16 @@ def learner_source(head: LineageHead | None, current: Any, runtime: Any,
 
 
 def advance(lineages: Lineages, scenario: str, artifact: Path, *, head: LineageHead | None, current: Any,
-            steps: int, meta: dict[str, Any]) -> LineageHead:
+            steps: int, meta: dict[str, Any], ctx: Any = None) -> LineageHead:
     """Make the step's checkpoint ``artifact`` (``adapter/`` + ``learner/``) the lineage's new
-    head, ``steps`` training steps past ``head`` (compare-and-swap on it); ``meta`` joins what
-    the lineage needs to follow serving (the serving release, the checkpoint's content hash)."""
+    head, ``steps`` training steps past ``head`` (compare-and-swap on it), under the step's
+    growth lease (``ctx``: refused with ``LeaseLost`` when the lease was lost meanwhile);
+    ``meta`` joins what the lineage needs to follow serving (the serving release, the
+    checkpoint's content hash)."""
     from reef_core import content_hash
 
     return lineages.advance(scenario, artifact, expected=head.id if head else None, steps=max(int(steps), 1),
+                            **fencing(ctx),
                             meta={**meta, "serving": current.release_id if current is not None else None,
                                   "artifact_hash": content_hash(artifact)})
 
