@@ -80,6 +80,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("reef.grow")
 
+#: ``Evaluation.metrics`` key of a verdict taken over from an earlier candidate with the same
+#: artifact and serving release (its id); ``reef_gate_already_decided_total`` counts them
+ALREADY_DECIDED = "already_decided"
+
 #: a candidate's status (and the step's outcome) after each decision of the gate
 STATUS = {"select": "selected", "reject": "rejected", "undecided": "undecided", "error": "error"}
 
@@ -266,9 +270,18 @@ async def _evaluate(reef: Reef, plan: ScenarioPlan, candidate: Candidate, head: 
                     row: CandidateRow, progress: Any, result: StepResult,
                     lease: Holding | None = None) -> tuple[Evaluation, Decision]:
     """The gate's verdict, recorded on the candidate and told to observers."""
-    if head is not None and row.artifact["content_hash"] == head.content_hash:
+    chash = row.artifact["content_hash"]
+    decided = await asyncio.to_thread(reef.store.decided_candidate, candidate.scenario, chash, row.base_release_id)
+    if head is not None and chash == head.content_hash:
         evaluation = Evaluation(evaluator="none")
         decision = Decision("reject", "the candidate is identical to the serving release")
+    elif decided is not None:
+        # the gate already decided this very artifact against this serving release (a retried
+        # batch that reproduced it): the same verdict, without spending episodes on it again
+        evaluation = Evaluation(evaluator="none", metrics={ALREADY_DECIDED: decided.id})
+        decision = Decision(decided.decision, f"the gate already decided this artifact (content hash {chash[:12]}) "
+                            f"against the same serving release: candidate {decided.id} was {decided.decision}; "
+                            "not evaluated again")
     else:
         ectx = eval_context(reef, candidate.scenario, progress)
         evaluation, decision = await asyncio.to_thread(run_gate, plan.evaluator, plan.evaluator_name, candidate,

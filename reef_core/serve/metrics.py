@@ -139,6 +139,10 @@ class Metrics:
             Counter("reef_lineage_resets", "Learner lineages reset to the serving release by the divergence guard "
                     "(the gate found the lineage head significantly worse than serving).", ("scenario", "recipe"),
                     registry=r), 0, self.scenario_label)
+        self.already_decided = _ScenarioBounded(
+            Counter("reef_gate_already_decided", "Candidates the gate did not evaluate again: their artifact "
+                    "(content hash) was already rejected or left undecided against the same serving release.",
+                    ("scenario", "recipe"), registry=r), 0, self.scenario_label)
         self._metric_names: dict[str, set[str]] = {}
         self._metric_names_lock = threading.Lock()
 
@@ -151,6 +155,8 @@ class Metrics:
         lineage = (candidate.metadata or {}).get("lineage")
         if isinstance(lineage, dict) and lineage.get("reset"):
             self.lineage_resets.labels(candidate.scenario, candidate.recipe).inc()
+        if (getattr(evaluation, "metrics", None) or {}).get("already_decided"):
+            self.already_decided.labels(candidate.scenario, candidate.recipe).inc()
         section = (candidate.metadata or {}).get(candidate.recipe)
         values = section.get("metrics") if isinstance(section, dict) else None
         if not isinstance(values, dict):

@@ -292,6 +292,20 @@ class RecordStore(RecordPages, ConsumptionStore, EpisodeStore, LeaseStore, ModeS
             return list(s.exec(select(CandidateRow).where(CandidateRow.status.in_(statuses))
                                .order_by(CandidateRow.seq)).all())
 
+    def decided_candidate(self, scenario: str, content_hash: str, base_release_id: str | None) -> CandidateRow | None:
+        """The newest candidate of ``scenario`` whose artifact has ``content_hash`` and that the
+        gate rejected or left undecided against the serving release ``base_release_id`` (None:
+        the base model); None when the gate never decided that artifact against it."""
+        artifact_hash = CandidateRow.__table__.c.artifact["content_hash"].as_string()
+        base = CandidateRow.base_release_id
+        q = (select(CandidateRow)
+             .where(CandidateRow.scenario == scenario, CandidateRow.decision.in_(("reject", "undecided")),
+                    base == base_release_id if base_release_id is not None else base.is_(None),
+                    artifact_hash == content_hash)
+             .order_by(CandidateRow.seq.desc()).limit(1))
+        with self._read() as s:
+            return s.exec(q).first()
+
     def list_candidates(self, scenario: str, *, status: str | None = None,
                         limit: int | None = None) -> list[CandidateRow]:
         q = select(CandidateRow).where(CandidateRow.scenario == scenario)
