@@ -121,6 +121,13 @@ def candidate_evaluated(candidate, evaluation, decision):
 
 
 @hookspec
+def candidate_skipped(scenario, recipe, reason, kind, counts):
+    """Called after a recipe proposed nothing from a batch (the ``skipped`` candidate): its
+    ``reason``, the ``kind`` of skip (``reef_core.grow.context.SKIP_KINDS``) and the ``counts`` it
+    reported (a dict copy, e.g. ``rollouts_stale``)."""
+
+
+@hookspec
 def release_published(release):
     """Called after a release has been published to the chain and activated in serving, with a
     ``PublishedRelease`` (frozen, not the database row)."""

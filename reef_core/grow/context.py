@@ -20,6 +20,12 @@ if TYPE_CHECKING:
     from ..kernel import Reef
 
 
+#: why a recipe proposed nothing, as ``/metrics`` labels it (``RecipeContext.skip``): nothing
+#: to learn from (no reward, zero gradient), a warm-up step (the policy did not move), no
+#: usable rollout in the batch, every rollout too stale, nothing trains by design, other
+SKIP_KINDS = ("nothing_to_learn", "warm_up", "no_usable_rollout", "stale", "not_training", "other")
+
+
 def eval_context(reef: Reef, scenario: str, progress: Any = None) -> EvalContext:
     """What an evaluator (and a recipe's ``ctx.complete``) calls the runtime through: the
     kernel's runtime and harness application, on the running event loop (call it there)."""
@@ -58,8 +64,19 @@ class RecipeContext:
     _model: EvalContext
     #: why ``propose`` returned None, when the recipe says (the ``skipped`` candidate's reason)
     skip_reason: str | None = None
+    #: the kind of skip for ``/metrics`` (one of ``SKIP_KINDS``) and its counts (``skip``)
+    skip_kind: str | None = None
+    skip_counts: dict[str, int] | None = None
     #: the growth lease the step holds (``reef_core.grow.lease.Holding``), None without one
     lease: Any = None
+
+    def skip(self, reason: str, kind: str = "other", **counts: int) -> None:
+        """Say why ``propose`` returns None: ``reason`` becomes the skipped candidate's reason,
+        ``kind`` (one of ``SKIP_KINDS``, else ``other``) labels ``reef_candidates_skipped_total``
+        and ``counts`` (e.g. ``rollouts_stale``) are counted on ``/metrics`` too."""
+        self.skip_reason = reason
+        self.skip_kind = kind if kind in SKIP_KINDS else "other"
+        self.skip_counts = {k: int(v) for k, v in counts.items()}
 
     @property
     def lease_token(self) -> int | None:

@@ -71,7 +71,7 @@ from ..observe import Batch, eligible
 from ..observe.eligibility import pool_rule
 from ..store import CandidateRow, LeaseLost, new_id
 from ..types import Candidate, Decision, Evaluation
-from .context import RecipeContext, eval_context
+from .context import SKIP_KINDS, RecipeContext, eval_context
 from .plan import ScenarioPlan
 
 if TYPE_CHECKING:
@@ -251,6 +251,10 @@ async def _propose(reef: Reef, plan: ScenarioPlan, batch: Batch, current: Any, r
         why = f": {ctx.skip_reason}" if ctx.skip_reason else ""
         await _finish(store, row, status="skipped", reason=f"the recipe proposed no update from this batch{why} "
                       "(the batch stays consumed)", result=result, outcome="skipped")
+        if reef.observed("candidate_skipped"):
+            reef.emit("candidate_skipped", scenario=batch.scenario, recipe=recipe_name, reason=result.reason,
+                      kind=ctx.skip_kind if ctx.skip_kind in SKIP_KINDS else "other",
+                      counts=dict(ctx.skip_counts or {}))
         return None
     proposed.id, proposed.scenario, proposed.recipe = row.id, batch.scenario, recipe_name
     proposed.base_release_id = row.base_release_id

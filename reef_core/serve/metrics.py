@@ -136,13 +136,22 @@ class Metrics:
                   "reported them (metadata.<recipe>.metrics: losses, norms, clip fractions, counts).",
                   ("scenario", "recipe", "name"), registry=r), 0, self.scenario_label)
         self.lineage_resets = _ScenarioBounded(
-            Counter("reef_lineage_resets", "Learner lineages reset to the serving release by the divergence guard "
-                    "(the gate found the lineage head significantly worse than serving).", ("scenario", "recipe"),
+            Counter("reef_lineage_resets", "Learner lineages reset to the serving release by a step: the gate "
+                    "found the head significantly worse, its KL to serving passed the bound, or it ran more than "
+                    "max_staleness steps ahead of serving.", ("scenario", "recipe"),
                     registry=r), 0, self.scenario_label)
         self.already_decided = _ScenarioBounded(
             Counter("reef_gate_already_decided", "Candidates the gate did not evaluate again: their artifact "
                     "(content hash) was already rejected or left undecided against the same serving release.",
                     ("scenario", "recipe"), registry=r), 0, self.scenario_label)
+        self.skipped = _ScenarioBounded(
+            Counter("reef_candidates_skipped", "Batches a recipe proposed nothing from, by kind (nothing_to_learn, "
+                    "warm_up, no_usable_rollout, stale, not_training, other).", ("scenario", "recipe", "kind"),
+                    registry=r), 0, self.scenario_label)
+        self.stale_rollouts = _ScenarioBounded(
+            Counter("reef_lineage_rollouts_stale", "Rollouts a weight recipe dropped: sampled from a release more "
+                    "than max_staleness lineage steps behind the lineage head.", ("scenario", "recipe"),
+                    registry=r), 0, self.scenario_label)
         self._metric_names: dict[str, set[str]] = {}
         self._metric_names_lock = threading.Lock()
 
@@ -157,6 +166,8 @@ class Metrics:
             self.lineage_resets.labels(candidate.scenario, candidate.recipe).inc()
         if (getattr(evaluation, "metrics", None) or {}).get("already_decided"):
             self.already_decided.labels(candidate.scenario, candidate.recipe).inc()
+        if isinstance(lineage, dict) and _count(lineage.get("rollouts_stale")):
+            self.stale_rollouts.labels(candidate.scenario, candidate.recipe).inc(_count(lineage["rollouts_stale"]))
         section = (candidate.metadata or {}).get(candidate.recipe)
         values = section.get("metrics") if isinstance(section, dict) else None
         if not isinstance(values, dict):
@@ -170,6 +181,13 @@ class Metrics:
                     continue
                 names.add(name)
                 self.recipe_metric.labels(candidate.scenario, candidate.recipe, name).set(float(value))
+
+    @hookimpl
+    def candidate_skipped(self, scenario: str, recipe: str, reason: str, kind: str, counts: dict[str, int]) -> None:
+        """Count a batch a recipe proposed nothing from, by kind, and the stale rollouts it dropped."""
+        self.skipped.labels(scenario, recipe, kind).inc()
+        if _count(counts.get("rollouts_stale")):
+            self.stale_rollouts.labels(scenario, recipe).inc(_count(counts["rollouts_stale"]))
 
     def pin_scenarios(self, names: Iterable[str]) -> None:
         """Scenarios that always keep their own label value (configured, default, token-listed)."""
@@ -203,3 +221,8 @@ class Metrics:
         if scenario_allowed is None:
             return generate_latest(self.registry)
         return generate_latest(_ScenarioFiltered(self.registry, scenario_allowed))
+
+
+def _count(value: Any) -> int:
+    """A non-negative count from a recipe's metadata (anything else: 0)."""
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0

@@ -307,21 +307,31 @@ def test_the_divergence_guard_resets_a_lineage_the_gate_finds_significantly_wors
 
 class SkippingRecipe(NewRuleRecipe):
     keeps_lineage = True
+    kind = "nothing_to_learn"
 
     def propose(self, batch, current, ctx):
-        ctx.skip_reason = "nothing to learn: no reward"
+        ctx.skip("nothing to learn: no reward", self.kind, rollouts_stale=2)
         return None
 
 
-def test_a_skipped_step_says_why(tmp_path):
+@pytest.mark.parametrize("kind,counted", [("nothing_to_learn", "nothing_to_learn"), ("made-up", "other")])
+def test_a_skipped_step_says_why_and_is_counted(tmp_path, kind, counted):
+    from reef_core.serve.metrics import Metrics
+
     add_plugin("recipe", "skipping", SkippingRecipe)
+    SkippingRecipe.kind = kind
     config = feedback_rules_config(loop_enabled=False, evaluator={"name": "always"})
     config["recipe"] = {"name": "skipping", "batch_size": 1}
     reef = build_reef(settings_for(tmp_path, Down, config), get_plugins(), background=False)
+    metrics = Metrics()
+    reef.register(metrics, name="test.metrics")
     _seed(reef.store, scenario="default")
     [step] = grow_steps(reef, 1)
     assert step.outcome == "skipped" and "from this batch: nothing to learn: no reward" in step.reason
     assert reef.store.get_candidate(step.candidate_id).reason == step.reason
+    labels = {"scenario": "default", "recipe": "skipping"}
+    assert metrics.registry.get_sample_value("reef_candidates_skipped_total", {**labels, "kind": counted}) == 1
+    assert metrics.registry.get_sample_value("reef_lineage_rollouts_stale_total", labels) == 2
 
 
 class LeaseLosingRecipe(NewRuleRecipe):

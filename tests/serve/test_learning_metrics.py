@@ -43,3 +43,15 @@ def test_scenario_labels_stay_bounded():
     text = m.render().decode()
     assert 'reef_recipe_step_metric{name="loss",recipe="sao",scenario="a"} 1.0' in text
     assert 'scenario="_other"' in text and 'scenario="b"' not in text
+
+
+def test_a_lineage_snapshots_stale_rollouts_and_reset_are_counted():
+    m = Metrics()
+    lineage = {"head": "h1", "step": 3, "rollouts_stale": 5, "reset": "the KL bound"}
+    for stale in (5, True, -1, "7"):   # only a positive count counts
+        cand = Candidate(scenario="s1", recipe="sao", artifact_dir=Path("."),
+                         metadata={"lineage": {**lineage, "rollouts_stale": stale}})
+        m.candidate_evaluated(cand, None, Decision("reject"))
+    labels = {"scenario": "s1", "recipe": "sao"}
+    assert m.registry.get_sample_value("reef_lineage_rollouts_stale_total", labels) == 5
+    assert m.registry.get_sample_value("reef_lineage_resets_total", labels) == 4
