@@ -48,6 +48,7 @@ from .backend import LocalTrainer, Trainer, TrainerError, TrainerOptions, Worker
 from .checkpoint import LearnerState, read_learner_state
 from .critic import ValueModel, load_critic
 from .data import Sample, TokenBatch, collate, micro_batches
+from .divergence import kl_to_reference
 from .learner import Algorithm, Learner, StepPayload, run_steps, train_step
 from .logprobs import (
     CHUNK_TOKENS,
@@ -98,6 +99,7 @@ __all__ = [
     "dis_loss",
     "dis_weights",
     "importance_ratios",
+    "kl_to_reference",
     "linear_module_names",
     "load_critic",
     "load_policy",

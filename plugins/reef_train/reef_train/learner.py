@@ -38,6 +38,8 @@ from .checkpoint import (
     write_state,
 )
 from .critic import ValueModel, load_critic
+from .data import Sample
+from .divergence import kl_to_reference
 from .optim import make_optimizer, optimizer_step
 from .options import LoraOptions
 from .policy import load_tokenizer, load_trainable, save_adapter, seed_everything
@@ -222,32 +224,45 @@ class StepPayload:
     device: str | None = "auto"
     #: resume the optimizer moments from the ``learner`` input (False: they start at zero)
     resume_optimizer: bool = True
+    #: recent rollouts serving sampled, to measure the trained policy's KL to serving on
+    #: (``reef_train.divergence``; the ``reference`` input is serving's adapter, None the base);
+    #: None: not measured
+    kl_samples: list[Sample] | None = None
+    #: the temperature each of ``kl_samples`` was sampled at
+    kl_temperatures: list[float] | None = None
 
 
 def train_step(payload: StepPayload, inputs: Mapping[str, Path | None], output: Path) -> dict[str, Any]:
     """Load the learner from ``inputs`` (``base``, ``adapter``, ``learner``), run every batch's
     step, and save the checkpoint into ``output`` when a step trained. Returns
-    ``{"steps": [metrics of each step], "counters": ..., "resumed": whether a state was resumed}``."""
+    ``{"steps": [metrics of each step], "counters": ..., "resumed": whether a state was resumed,
+    "kl": the trained policy's KL to serving (``inputs["reference"]``) on ``payload.kl_samples``,
+    None when not measured}``."""
     algorithm = payload.algorithm
     learner = Learner(algorithm, payload.options, base_input(inputs, algorithm.recipe, device=payload.device),
                       adapter=inputs.get("adapter"), state=inputs.get("learner"),
                       resume_optimizer=payload.resume_optimizer, log=logging.getLogger(f"reef.recipe.{algorithm.recipe}"))
     start = learner.counters["steps"]
     steps = [learner.step(batch) for batch in payload.batches]
+    kl = None
     if learner.counters["steps"] > start:
+        if payload.kl_samples:
+            kl = kl_to_reference(learner.policy, payload.kl_samples, learner.pad_id, payload.kl_temperatures or 1.0,
+                                 reference_adapter=inputs.get("reference"))
         learner.save(output)
-    return {"steps": steps, "counters": dict(learner.counters), "resumed": learner.resumed is not None}
+    return {"steps": steps, "counters": dict(learner.counters), "resumed": learner.resumed is not None, "kl": kl}
 
 
 def run_steps(trainer: Trainer, payload: StepPayload, *, base: Any, adapter: str | Path | None,
-              state: str | Path | None, output: str | Path) -> dict[str, Any]:
+              state: str | Path | None, output: str | Path, reference: str | Path | None = None) -> dict[str, Any]:
     """Run ``train_step`` on ``trainer`` for a recipe's ``propose``: ``base`` is the served base
     (``reef_core.ServedBase``), ``adapter`` and ``state`` what the learner continues from, and
     ``output`` (a candidate's artifact) gets the new ``adapter/`` and ``learner/`` in place of
-    the ones it held. A ``TrainerError`` (the step failed or was lost on Ray) propagates."""
+    the ones it held; ``reference`` is the serving adapter ``payload.kl_samples`` measure the KL
+    to (None: the base). A ``TrainerError`` (the step failed or was lost on Ray) propagates."""
     out = Path(output)
     for part in (ADAPTER_DIR, LEARNER_DIR):  # the step writes them afresh (a remote one over this copy)
         shutil.rmtree(out / part, ignore_errors=True)
     device = getattr(base, "device", None) if trainer.options.backend == "local" else "auto"
     return trainer.run(train_step, replace(payload, device=device), output=out,
-                       inputs={"base": base.path, "adapter": adapter, "learner": state})
+                       inputs={"base": base.path, "adapter": adapter, "learner": state, "reference": reference})

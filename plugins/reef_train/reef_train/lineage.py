@@ -18,6 +18,11 @@ if TYPE_CHECKING:
     from reef_core import LineageHead, Lineages
 
 
+#: the weight recipes' default ``max_staleness``: lineage steps a rollout's sampling release may
+#: be behind the head before the rollout is dropped (docs/learning.md says why 64)
+MAX_STALENESS = 64
+
+
 def lineages_in(state_dir: str | Path | None) -> Lineages:
     """The lineages of the server's state directory (None, e.g. a recipe built in a test or a
     bench without one: a temporary directory, gone with the process)."""
@@ -53,6 +58,57 @@ def continued_head(lineages: Lineages, scenario: str, current: Any, log: logging
     return lineages.reset(scenario, to_release=serving, reason=reason, expected=head.id, **fencing(ctx))
 
 
+def lag_of(head: LineageHead | None, release_id: str | None) -> int:
+    """The policy lag, in lineage steps, of a rollout sampled from ``release_id`` (0 without a head)."""
+    return head.lag(release_id) if head is not None else 0
+
+
+def keep_up(lineages: Lineages, scenario: str, head: LineageHead | None, current: Any, max_staleness: int,
+            log: logging.Logger, ctx: Any = None) -> tuple[LineageHead | None, str | None]:
+    """(the head to train, why it was reset or None). When what serves is more than
+    ``max_staleness`` lineage steps behind the head — the lineage ran that far ahead without a
+    publish — every rollout the traffic brings is too stale to train on, so the lineage could
+    never move again: it resets to the serving release's state (the gate saw each of those
+    snapshots and let none through)."""
+    if head is None or head.checkpoint is None:
+        return head, None
+    serving = current.release_id if current is not None else None
+    behind = head.lag(serving)
+    if behind <= max_staleness:
+        return head, None
+    reason = (f"the lineage ran {behind} steps ahead of the serving release ({serving or 'the base model'}) without "
+              f"a publish, more than max_staleness {max_staleness}: what serves samples rollouts too stale to train "
+              "it on")
+    log.warning("lineage of %r reset at step %d: %s", scenario, head.step, reason)
+    return lineages.reset(scenario, to_release=serving, reason=reason, expected=head.id, **fencing(ctx)), reason
+
+
+def kl_bound(ctx: Any) -> float | None:
+    """The divergence guard's KL bound (``loop.lineage_max_kl``; None: no bound, or no settings)."""
+    loop = getattr(getattr(ctx, "settings", None), "loop", None)
+    return getattr(loop, "lineage_max_kl", None)
+
+
+def guard_kl(lineages: Lineages, scenario: str, head: LineageHead, current: Any, kl: float | None,
+             bound: float | None, log: logging.Logger, ctx: Any = None) -> str | None:
+    """The divergence guard on the KL bound: when the KL of the step's new ``head`` to serving on
+    the step's rollouts (``train_step``'s ``kl``) passes ``bound``, reset the lineage to the
+    serving release's state (only if ``head`` is still the head). Why, or None."""
+    if kl is None or bound is None or not kl > bound:
+        return None
+    serving = current.release_id if current is not None else None
+    reason = (f"the lineage head's KL to the serving release ({serving or 'the base model'}) on this step's rollouts "
+              f"is {kl:.4g} nats per token, above loop.lineage_max_kl {bound:g}")
+    from reef_core import ConflictError
+
+    try:
+        lineages.reset(scenario, to_release=serving, reason=reason, expected=head.id, **fencing(ctx))
+    except ConflictError:  # the head moved on meanwhile (or the lease did): nothing of ours to reset
+        return None
+    log.warning("lineage of %r reset at step %d: %s", scenario, head.step, reason)
+    return reason
+
+
 def learner_source(head: LineageHead | None, current: Any, runtime: Any,
                    recipe: str) -> tuple[Path | None, Path | None, str]:
     """(adapter, learner state, where they come from) for ``recipe``'s next step: the lineage
@@ -83,6 +139,17 @@ def advance(lineages: Lineages, scenario: str, artifact: Path, *, head: LineageH
                                   "artifact_hash": content_hash(artifact)})
 
 
-def candidate_metadata(head: LineageHead) -> dict[str, Any]:
-    """What a candidate that is a snapshot of ``head`` says about it (``metadata["lineage"]``)."""
-    return {"head": head.id, "step": head.step, "steps_since_publish": head.to_dict()["steps_since_publish"]}
+def candidate_metadata(head: LineageHead, *, reset: str | None = None, rollouts_stale: int = 0,
+                       lags: list[int] | None = None) -> dict[str, Any]:
+    """What a candidate that is a snapshot of ``head`` says about it (``metadata["lineage"]``):
+    the head, its step and steps since the last publish, the rollouts dropped as stale, the
+    policy lag of those it trained on (``lag_max``, ``lag_mean``), and ``reset`` when the step
+    reset the lineage (why: ``reef_lineage_resets_total`` counts it)."""
+    out: dict[str, Any] = {"head": head.id, "step": head.step,
+                           "steps_since_publish": head.to_dict()["steps_since_publish"],
+                           "rollouts_stale": int(rollouts_stale)}
+    if lags:
+        out.update(lag_max=max(lags), lag_mean=sum(lags) / len(lags))
+    if reset:
+        out["reset"] = reset
+    return out
