@@ -151,6 +151,7 @@ class OpenClawAlgorithm(Algorithm):
         metrics["optimizer_steps"] = len(history)
         if len(history) > 1:
             metrics["loss_first_step"] = history[0]["loss"]
+            metrics["steps_detail"] = history  # every optimizer step, not only the last
         return learner.finish_step(metrics, turns=len(turns))
 
     def _turn_loss(self, learner: Learner, p: _Prepared, denominator: float) -> tuple[torch.Tensor, dict[str, float]]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from reef_core import ActiveRelease, Batch, Candidate, Experience, Recipe, RecipeContext, require_trainable
-from reef_train import LoraOptions, StepPayload, lineage, read_learner_state, run_steps
+from reef_train import LoraOptions, Sample, StepPayload, lineage, read_learner_state, run_steps
 from reef_train.backend import TrainerError, make_trainer
 
 from .algorithm import OpenClawAlgorithm, TrainTurn
@@ -44,7 +44,7 @@ class OpenClawRecipe(Recipe):
     def __init__(
         self,
         batch_size: int = 16,
-        max_staleness: int = 0,
+        max_staleness: int = lineage.MAX_STALENESS,
         session_ttl_s: float = 900.0,
         max_open_sessions: int = 1000,
         main_turn_requires_tools: bool = False,
@@ -136,7 +136,7 @@ class OpenClawRecipe(Recipe):
 
     @property
     def filters(self) -> list[Any]:
-        return [("freshness", {"max_behind": self.max_staleness})]
+        return []  # staleness is counted in lineage steps (``propose`` drops stale turns)
 
     # ------------------------------------------------------------------ computed feedback
 
@@ -156,8 +156,9 @@ class OpenClawRecipe(Recipe):
 
     # ------------------------------------------------------------------ propose
 
-    def turn_of(self, exp: Experience) -> tuple[str | None, dict[str, Any], TrainTurn | None]:
-        """(why it does not train, its entry, the turn) for one experience of the batch."""
+    def turn_of(self, exp: Experience, head: Any = None) -> tuple[str | None, dict[str, Any], TrainTurn | None]:
+        """(why it does not train, its entry, the turn) for one experience of the batch; a turn
+        sampled more than ``max_staleness`` lineage steps behind ``head`` is ``stale``."""
         meta = exp.metadata.get(METADATA_KEY) if isinstance(exp.metadata, dict) else None
         if len(exp.records) != 1:
             return "multi_reference", {"report_id": exp.report_id}, None
@@ -183,6 +184,9 @@ class OpenClawRecipe(Recipe):
         problem = capture_problem(rec, self.top_logprobs)
         if problem == "no_tokens":
             return problem, entry, None
+        entry["lag"] = lineage.lag_of(head, rec.release_id)
+        if entry["lag"] > self.max_staleness:
+            return "stale", entry, None
         topk = None if problem else [[int(pair[0]) for pair in tok] for tok in rec.top_logprobs]
         turn = TrainTurn(record_id=rec.id, prompt_ids=list(rec.prompt_token_ids),
                          response_ids=list(rec.response_token_ids), temperature=record_temperature(rec),
@@ -191,9 +195,11 @@ class OpenClawRecipe(Recipe):
         return None, entry, turn
 
     def propose(self, batch: Batch, current: ActiveRelease | None, ctx: RecipeContext) -> Candidate | None:
+        head = lineage.continued_head(self.lineages, batch.scenario, current, ctx.log, ctx)
+        head, reset = lineage.keep_up(self.lineages, batch.scenario, head, current, self.max_staleness, ctx.log, ctx)
         entries, turns, dropped = [], [], {}
         for exp in batch:
-            reason, entry, turn = self.turn_of(exp)
+            reason, entry, turn = self.turn_of(exp, head)
             entries.append(entry)
             if reason:
                 dropped[reason] = dropped.get(reason, 0) + 1
@@ -207,7 +213,9 @@ class OpenClawRecipe(Recipe):
                   "dispatch": _count(e.get("dispatch") for e in entries),
                   "reward_mean": (sum(t.reward for _, t in turns) / len(turns)) if turns else None}
         if not turns:
-            ctx.skip_reason = f"nothing to train in this batch ({dropped})"
+            stale = dropped.get("stale", 0)
+            ctx.skip(f"nothing to train in this batch ({dropped})", "stale" if stale and stale == len(entries)
+                     else "no_usable_rollout", rollouts_stale=stale)
             ctx.log.info("openclaw: %s", ctx.skip_reason)
             self._write_record(batch.scenario, {**record, "candidate": False})
             return None
@@ -223,20 +231,41 @@ class OpenClawRecipe(Recipe):
                                     for hint in turn.hints]
         # Each batch's AdamW starts afresh from the lineage head's adapter (the serving one without
         # a lineage), as this recipe always trained: the learner/ gives the counters, not the moments.
-        payload = StepPayload(self.algorithm, self.lora, [[t for _, t in turns]], resume_optimizer=False)
-        head = lineage.continued_head(self.lineages, batch.scenario, current, ctx.log, ctx)
+        bound = lineage.kl_bound(ctx)  # the divergence guard measures the KL to serving on these turns
+        payload = StepPayload(self.algorithm, self.lora, [[t for _, t in turns]], resume_optimizer=False,
+                              kl_samples=[Sample(t.prompt_ids, t.response_ids, t.logprobs) for _, t in turns]
+                              if bound is not None else None, kl_temperatures=[t.temperature for _, t in turns])
         adapter, learner_dir, source = lineage.learner_source(head, current, runtime, "openclaw")
         before = read_learner_state(learner_dir, "openclaw") if learner_dir is not None else None
         artifact = ctx.new_artifact()
         with ctx.progress.task(f"openclaw: {len(turns)} turn(s) ({self.trainer.options.backend})", total=1) as bar:
             # a TrainerError (the step failed or was lost on Ray) propagates: the candidate fails
             # with its sentence, nothing is published
-            result = run_steps(self.trainer, payload, base=base, adapter=adapter, state=learner_dir, output=artifact)
+            result = run_steps(self.trainer, payload, base=base, adapter=adapter, state=learner_dir, output=artifact,
+                               reference=runtime.adapter_of(current))
             bar.advance()
         metrics = result["steps"][0]
+        optimizer_steps = metrics.get("steps_detail") or [metrics]
+        if not any(s.get("grad_norm", 0.0) > 0 for s in optimizer_steps):
+            # nothing to learn from (no reward and no hint to distil): the lineage stays where it is
+            ctx.skip("nothing to learn: the gradient is 0 in every optimizer step (no reward signal and no hint to "
+                     "distil); the lineage did not move", "nothing_to_learn", rollouts_stale=dropped.get("stale", 0))
+            ctx.log.info("openclaw: %s", ctx.skip_reason)
+            self._write_record(batch.scenario, {**record, "metrics": metrics, "candidate": False})
+            return None
+        # off-policy: the turns were sampled from serving, which the lineage may be steps ahead of
+        lags = [lineage.lag_of(head, exp.records[0].release_id) for exp, _ in turns]
+        metrics.update(lineage_lag_max=max(lags), lineage_lag_mean=sum(lags) / len(lags),
+                       rollouts_dropped_stale=dropped.get("stale", 0))
+        if result.get("kl") is not None:
+            metrics["lineage_kl"] = result["kl"]
         trained = result["counters"]["steps"] - (before.counters["steps"] if before is not None else 0)
         new = lineage.advance(self.lineages, batch.scenario, artifact, head=head, current=current, steps=trained,
-                              meta={"recipe": ctx.recipe, "from": source, "reward_mean": metrics["reward_mean"]})
+                              meta={"recipe": ctx.recipe, "from": source, "reward_mean": metrics["reward_mean"],
+                                    "lineage_lag_max": metrics["lineage_lag_max"],
+                                    "lineage_lag_mean": metrics["lineage_lag_mean"], "kl": result.get("kl")}, ctx=ctx)
+        reset = lineage.guard_kl(self.lineages, batch.scenario, new, current, result.get("kl"), bound, ctx.log,
+                                 ctx) or reset
         record.update(metrics=metrics, candidate=True)
         self._write_record(batch.scenario, record)
         ctx.log.info("openclaw: %d turn(s), reward %.3f, loss %.4f (rl %.4f, opd %.4f)", len(turns),
@@ -244,12 +273,17 @@ class OpenClawRecipe(Recipe):
         return Candidate(
             scenario=batch.scenario, recipe=ctx.recipe, artifact_dir=artifact,
             base_release_id=current.release_id if current else None,
-            summary=(f"openclaw: {len(turns)} turn(s) ({_shown(record['dispatch'])}), reward "
-                     f"{metrics['reward_mean']:.3f}, rl {metrics['rl_loss']:.4f}, opd {metrics['opd_loss']:.4f}"),
+            summary=(f"openclaw lineage step {new.step}: {len(turns)} turn(s) ({_shown(record['dispatch'])}), reward "
+                     f"{metrics['reward_mean']:.3f}, rl {metrics['rl_loss']:.4f}, opd {metrics['opd_loss']:.4f}"
+                     + (", loss by optimizer step " + ", ".join(f"{s['loss']:.4f}" for s in optimizer_steps)
+                        if len(optimizer_steps) > 1 else "")
+                     + f", policy lag max {metrics['lineage_lag_max']}"
+                     + (f", {dropped['stale']} stale turn(s) dropped" if dropped.get("stale") else "")),
             metadata={"openclaw": {"metrics": metrics, "turns": entries, "dropped": dropped,
                                    "dispatch": record["dispatch"], "judge": judge_spec(self.judge)[0],
                                    "learner_from": source},
-                      "lineage": lineage.candidate_metadata(new)},
+                      "lineage": lineage.candidate_metadata(new, reset=reset, rollouts_stale=dropped.get("stale", 0),
+                                                            lags=lags)},
         )
 
     def _write_record(self, scenario: str, record: dict[str, Any]) -> None:

@@ -66,7 +66,8 @@ def test_the_contract_kit_passes(tmp_path, trainable_runtime, batch):
 def test_declarations():
     recipe = OpenClawRecipe(max_staleness=2, top_k=5)
     assert recipe.update_target == "adapter" and recipe.batch_size == 16 and recipe.default_evaluator == "always"
-    assert recipe.filters == [("freshness", {"max_behind": 2})]
+    assert recipe.filters == []                # staleness is counted in lineage steps, by propose
+    assert (recipe.max_staleness, OpenClawRecipe().max_staleness) == (2, 64)
     assert recipe.top_logprobs == 5            # what the runtime records for this recipe's scenarios
     with pytest.raises(ValueError, match="w_rl and w_opd"):
         OpenClawRecipe(w_rl=0, w_opd=0)
@@ -151,3 +152,48 @@ def test_a_rejected_candidates_training_continues_on_the_lineage(tmp_path, train
     assert second.metadata["lineage"]["step"] == 2 and second.metadata["lineage"]["steps_since_publish"] == 2
     adapters = [(c.artifact_dir / "adapter" / "adapter_model.safetensors").read_bytes() for c in (first, second)]
     assert adapters[0] != adapters[1]
+
+
+def test_turns_sampled_more_than_max_staleness_lineage_steps_behind_are_dropped(tmp_path, trainable_runtime, batch):
+    """The turns were sampled by the base model; the lineage's first snapshot was published and
+    the lineage went one step further: with max_staleness 1 the base's turns are then two steps
+    behind the head (stale: dropped, counted, the step skipped), while serving is one behind
+    (the lineage goes on, no reset). Each trained batch records its policy lag."""
+    import shutil
+    from dataclasses import replace
+
+    from reef_core import ActiveRelease, content_hash
+
+    recipe = OpenClawRecipe(lr=1e-3, lora_rank=4, lora_alpha=8, max_staleness=1, state_dir=tmp_path / "state")
+    first = recipe.propose(batch, None, _context(tmp_path, trainable_runtime, "s1"))
+    shutil.copytree(first.artifact_dir, tmp_path / "rel1")
+    serving = ActiveRelease(scenario=SCENARIO, release_id="rel1", content_hash="", path=tmp_path / "rel1")
+    serving = replace(serving, content_hash=content_hash(tmp_path / "rel1"))          # published
+    second = recipe.propose(batch, serving, _context(tmp_path, trainable_runtime, "s2", serving))
+    assert [c.metadata["openclaw"]["metrics"]["lineage_lag_max"] for c in (first, second)] == [0, 1]
+    assert second.metadata["lineage"]["lag_max"] == 1 and "policy lag max 1" in second.summary
+    ctx = _context(tmp_path, trainable_runtime, "s3", serving)
+    assert recipe.propose(batch, serving, ctx) is None
+    assert (ctx.skip_kind, ctx.skip_counts) == ("stale", {"rollouts_stale": len(batch)})
+    head = recipe.lineages.head(SCENARIO)
+    assert head.step == 2 and head.last_reset is None
+
+
+def test_a_batch_with_nothing_to_learn_from_proposes_no_candidate(tmp_path, trainable_runtime, tokenizer):
+    """A turn of reward 0 whose hint is not distilled (``w_opd`` 0): the gradient is 0, so no
+    candidate, the reason said and counted, and the lineage does not move."""
+    zero = Batch(SCENARIO, [_turn(tokenizer, 2, "hello", "hi there", score=0.0, meta=_judged(0, [HINT], 0.0))])
+    recipe = OpenClawRecipe(lr=1e-3, lora_rank=4, lora_alpha=8, w_opd=0.0, state_dir=tmp_path / "state")
+    ctx = _context(tmp_path, trainable_runtime)
+    assert recipe.propose(zero, None, ctx) is None
+    assert ctx.skip_kind == "nothing_to_learn" and "the gradient is 0" in ctx.skip_reason
+    assert recipe.lineages.head(SCENARIO) is None
+
+
+def test_the_summary_reports_every_optimizer_step(tmp_path, trainable_runtime, batch):
+    recipe = OpenClawRecipe(lr=1e-3, lora_rank=4, lora_alpha=8, steps_per_batch=2, state_dir=tmp_path / "state")
+    cand = recipe.propose(batch, None, _context(tmp_path, trainable_runtime))
+    detail = cand.metadata["openclaw"]["metrics"]["steps_detail"]
+    assert len(detail) == 2 and all(s["grad_norm"] > 0 for s in detail)
+    assert "loss by optimizer step " + ", ".join(f"{s['loss']:.4f}" for s in detail) in cand.summary
+

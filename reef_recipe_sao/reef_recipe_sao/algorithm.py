@@ -27,7 +27,7 @@ class Rollout:
     logprobs: list[float]
     temperature: float
     reward: float
-    #: releases the producing weights were behind the head when the step ran
+    #: lineage steps the sampling release was behind the lineage head when the step ran (policy lag)
     lag: int = 0
     #: 1 for action tokens, 0 for observation tokens of the response (default: all actions)
     action_mask: list[int] | None = None

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from reef_core import ActiveRelease, Batch, Candidate, Experience, LineageHead, Recipe, RecipeContext, require_trainable
-from reef_train import LoraOptions, StepPayload, lineage, read_learner_state, run_steps
+from reef_train import LoraOptions, Sample, StepPayload, lineage, read_learner_state, run_steps
 from reef_train.backend import TrainerError, make_trainer
 
 from .algorithm import Rollout, SAOAlgorithm
@@ -39,7 +39,7 @@ class SAORecipe(Recipe):
         mode: Mode = "sao",
         batch_size: int = 8,
         steps_per_candidate: int = 1,
-        max_staleness: int = 0,
+        max_staleness: int = lineage.MAX_STALENESS,
         lr: float = 2e-4,
         critic_lr: float = 1e-3,
         critic_steps_per_actor: int = 2,
@@ -114,19 +114,22 @@ class SAORecipe(Recipe):
 
     @property
     def filters(self) -> list[Any]:
-        return ["scored", "single_reference", ("freshness", {"max_behind": self.max_staleness})]
+        return ["scored", "single_reference"]
 
     # ------------------------------------------------------------------ propose
 
     def propose(self, batch: Batch, current: ActiveRelease | None, ctx: RecipeContext) -> Candidate | None:
-        rollouts, dropped = self.rollouts(batch, current, ctx)
+        head = lineage.continued_head(self.lineages, batch.scenario, current, ctx.log, ctx)
+        head, reset = lineage.keep_up(self.lineages, batch.scenario, head, current, self.max_staleness, ctx.log, ctx)
+        rollouts, dropped = self.rollouts(batch, head)
         if not rollouts:
-            ctx.skip_reason = f"no usable rollout in this batch ({_counts(dropped)})"
+            only_stale = dropped["stale"] == sum(dropped.values())
+            ctx.skip(f"no usable rollout in this batch ({_counts(dropped)})",
+                     "stale" if only_stale else "no_usable_rollout", rollouts_stale=dropped["stale"])
             ctx.log.info("sao: %s", ctx.skip_reason)
             return None
         runtime = require_trainable(ctx.runtime, ctx.recipe)
         base = runtime.base_model()
-        head = lineage.continued_head(self.lineages, batch.scenario, current, ctx.log, ctx)
         adapter, learner_dir, source = self.learner_source(head, current, runtime)
         before = read_learner_state(learner_dir, "sao") if learner_dir is not None else None
         chunks = self.steps_of(rollouts)
@@ -135,16 +138,22 @@ class SAORecipe(Recipe):
                                f"({self.trainer.options.backend})", total=1) as bar:
             # a TrainerError (the step failed or was lost on Ray) propagates: the candidate fails
             # with its sentence, nothing is published and the lineage does not move
-            result = run_steps(self.trainer, StepPayload(self.algorithm, self.lora, chunks), base=base,
-                               adapter=adapter, state=learner_dir, output=artifact)
+            bound = lineage.kl_bound(ctx)  # the divergence guard measures the KL to serving on these rollouts
+            payload = StepPayload(self.algorithm, self.lora, chunks,
+                                  kl_samples=[Sample(r.prompt_ids, r.response_ids, r.logprobs) for r in rollouts]
+                                  if bound is not None else None, kl_temperatures=[r.temperature for r in rollouts])
+            result = run_steps(self.trainer, payload, base=base, adapter=adapter, state=learner_dir, output=artifact,
+                               reference=runtime.adapter_of(current))
             bar.advance()
         steps, state = result["steps"], result["counters"]
         metrics = step_metrics(steps)
         metrics.update({f"rollouts_dropped_{k}": v for k, v in dropped.items()})
         # off-policy: the traffic was sampled from serving, which the lineage may be steps ahead of
-        lags = [head.lag(r.release_id) if head else 0 for r in rollouts]
+        lags = [r.lag for r in rollouts]
         metrics.update(lineage_lag_max=max(lags), lineage_lag_mean=sum(lags) / len(lags))
         metrics["rollouts_dropped"] = sum(dropped.values()) + metrics.get("rollouts_dropped_ungrouped", 0)
+        if result.get("kl") is not None:
+            metrics["lineage_kl"] = result["kl"]
         ctx.log.info("sao step %d: %s", metrics["step"], _counts({k: v for k, v in metrics.items()
                                                                   if isinstance(v, (int, float))}))
         moved = any(m.get("actor_updated") and m.get("actor_grad_norm", 0.0) > 0 for m in steps)
@@ -152,8 +161,8 @@ class SAORecipe(Recipe):
         if not (moved or warmed):
             # nothing to learn from (e.g. no reward: the actor's gradient is zero): the lineage
             # stays where it is and there is nothing to gate
-            ctx.skip_reason = ("nothing to learn: the actor's gradient is 0 (e.g. no reward) and no warm-up step "
-                               "ran; the lineage did not move")
+            ctx.skip("nothing to learn: the actor's gradient is 0 (e.g. no reward) and no warm-up step ran; the "
+                     "lineage did not move", "nothing_to_learn", rollouts_stale=dropped["stale"])
             ctx.log.info("sao: %s", ctx.skip_reason)
             return None
         trained = state["steps"] - (before.counters["steps"] if before is not None else 0)
@@ -161,22 +170,24 @@ class SAORecipe(Recipe):
             self.lineages, batch.scenario, artifact, head=head, current=current, steps=trained,
             meta={"recipe": ctx.recipe, "mode": self.mode, "counters": dict(state), "from": source,
                   "reward_mean": metrics.get("reward_mean"), "lineage_lag_max": metrics["lineage_lag_max"],
-                  "lineage_lag_mean": metrics["lineage_lag_mean"]})
+                  "lineage_lag_mean": metrics["lineage_lag_mean"], "kl": result.get("kl")}, ctx=ctx)
+        reset = lineage.guard_kl(self.lineages, batch.scenario, new, current, result.get("kl"), bound, ctx.log,
+                                 ctx) or reset
         if not moved:
             # critic only (warm-up): the policy is unchanged, so there is nothing to gate; the
             # lineage keeps the critic, so warm-up happens once per lineage
-            ctx.skip_reason = f"critic warm-up (lineage step {new.step}): the policy did not move"
+            ctx.skip(f"critic warm-up (lineage step {new.step}): the policy did not move", "warm_up",
+                     rollouts_stale=dropped["stale"])
             return None
         return Candidate(
             scenario=batch.scenario, recipe=ctx.recipe, artifact_dir=artifact,
             base_release_id=current.release_id if current else None,
-            summary=(f"{self.mode} lineage step {new.step}: {metrics['rollouts_used']} rollout(s) in "
-                     f"{metrics['optimizer_steps']} optimizer step(s), reward {metrics['reward_mean']:.3f}, "
-                     f"clipfrac {metrics.get('pg_clipfrac', 0.0):.3f}"),
+            summary=summary_of(self.mode, new.step, metrics, steps, dropped["stale"]),
             metadata={"sao": {"mode": self.mode, "metrics": metrics, "learner_from": source,
                               "steps": state["steps"], "actor_steps": state["actor_steps"],
                               "critic_steps": state["critic_steps"], "rollouts_used_total": state["rollouts_used"]},
-                      "lineage": lineage.candidate_metadata(new)},
+                      "lineage": lineage.candidate_metadata(new, reset=reset, rollouts_stale=dropped["stale"],
+                                                            lags=lags)},
         )
 
     def steps_of(self, rollouts: list[Rollout]) -> list[list[Rollout]]:
@@ -196,21 +207,20 @@ class SAORecipe(Recipe):
             return steps
         return [rollouts[i:i + self.step_size] for i in range(0, len(rollouts), self.step_size)]
 
-    def rollouts(self, batch: Batch, current: ActiveRelease | None,
-                 ctx: RecipeContext) -> tuple[list[Rollout], dict[str, int]]:
-        """The batch's trainable rollouts and how many experiences were left out, by reason."""
-        behind = releases_behind(ctx, batch.scenario, current)
+    def rollouts(self, batch: Batch, head: LineageHead | None) -> tuple[list[Rollout], dict[str, int]]:
+        """The batch's trainable rollouts and how many experiences were left out, by reason (a
+        rollout sampled more than ``max_staleness`` lineage steps behind ``head`` is ``stale``)."""
         dropped = {"multi_reference": 0, "unscored": 0, "no_tokens": 0, "stale": 0}
         out = []
         for exp in batch:
-            reason, rollout = self.rollout(exp, behind)
+            reason, rollout = self.rollout(exp, head)
             if reason:
                 dropped[reason] += 1
             else:
                 out.append(rollout)
         return out, dropped
 
-    def rollout(self, exp: Experience, behind: Any) -> tuple[str | None, Rollout | None]:
+    def rollout(self, exp: Experience, head: LineageHead | None) -> tuple[str | None, Rollout | None]:
         if len(exp.records) != 1:
             return "multi_reference", None
         if exp.score is None or isinstance(exp.score, bool) or not math.isfinite(exp.score):
@@ -219,7 +229,7 @@ class SAORecipe(Recipe):
         prompt, response, logprobs = rec.prompt_token_ids, rec.response_token_ids, rec.logprobs
         if not prompt or not response or logprobs is None or len(logprobs) != len(response):
             return "no_tokens", None
-        lag = behind(rec.release_id)
+        lag = lineage.lag_of(head, rec.release_id)
         if lag > self.max_staleness:
             return "stale", None
         return None, Rollout(prompt_ids=list(prompt), response_ids=list(response), logprobs=[float(x) for x in logprobs],
@@ -255,6 +265,19 @@ def step_metrics(steps: list[dict[str, Any]]) -> dict[str, Any]:
     return metrics
 
 
+def summary_of(mode: str, step: int, metrics: dict[str, Any], steps: list[dict[str, Any]], stale: int) -> str:
+    """The candidate's one line: every optimizer step's reward (not only the last one's), the
+    rollouts dropped as stale and the policy lag of those trained on."""
+    per_step = ", ".join(f"{m['reward_mean']:.3f}" + ("" if m.get("actor_updated") else " warm-up")
+                         for m in steps if "reward_mean" in m)
+    line = (f"{mode} lineage step {step}: {metrics['rollouts_used']} rollout(s) in {metrics['optimizer_steps']} "
+            f"optimizer step(s), reward {metrics['reward_mean']:.3f}")
+    if len(steps) > 1:
+        line += f" (by step: {per_step})"
+    line += f", clipfrac {metrics.get('pg_clipfrac', 0.0):.3f}, policy lag max {metrics['lineage_lag_max']}"
+    return line + (f", {stale} stale rollout(s) dropped" if stale else "")
+
+
 def record_temperature(rec: Any) -> float:
     """The temperature the record's logprobs were taken at: as the runtime recorded it, else the
     request's (greedy and unset count as 1, the recording convention)."""
@@ -262,22 +285,6 @@ def record_temperature(rec: Any) -> float:
     if t is None:
         t = (rec.request or {}).get("temperature")
     return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0 else 1.0
-
-
-def releases_behind(ctx: Any, scenario: str, current: ActiveRelease | None):
-    """A function: release id → releases behind the head (the freshness filter's measure)."""
-    sequences: dict[str, int] = {}
-    store = getattr(ctx, "store", None)
-    if store is not None and hasattr(store, "list_releases"):
-        sequences = {r.release_id: int(r.sequence) for r in store.list_releases(scenario, newest_first=False)}
-    elif current is not None:
-        sequences = {current.release_id: 1}
-    head = sequences.get(current.release_id, max(sequences.values(), default=0)) if current else 0
-
-    def behind(release_id: str | None) -> int:
-        return max(head - sequences.get(release_id or "", 0), 0)
-
-    return behind
 
 
 def _counts(values: dict[str, Any]) -> str:

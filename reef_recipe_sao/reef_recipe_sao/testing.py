@@ -43,8 +43,8 @@ def sampled_batch(model_dir: Path, prompts: list[list[int]], score, *, adapter_d
     return Batch(SCENARIO, items)
 
 
-def context(tmp: Path, current: ActiveRelease | None, runtime, name: str = "scratch"):
-    return recipe_context(Path(tmp) / name, current, recipe="sao", runtime=runtime)
+def context(tmp: Path, current: ActiveRelease | None, runtime, name: str = "scratch", settings=None):
+    return recipe_context(Path(tmp) / name, current, recipe="sao", runtime=runtime, settings=settings)
 
 
 def release_of(artifact: Path, release_id: str) -> ActiveRelease:

@@ -54,7 +54,7 @@ def test_the_contract_kit_passes(tmp_path, trainable_runtime, batch):
     # the kit's synthetic batch has no token ids: nothing to train on, and no runtime needed
     assert check_recipe(SAORecipe(), tmp_path / "synthetic") == (None, None)
     # the kit serves the first candidate as a release, so the records (served before it) are one behind
-    recipe = SAORecipe(batch_size=4, num_critic_only_steps=0, max_staleness=1, state_dir=tmp_path / "state")
+    recipe = SAORecipe(batch_size=4, num_critic_only_steps=0, state_dir=tmp_path / "state")
     first, second = check_recipe(recipe, tmp_path / "real", batch=batch,
                                  context=lambda scratch, current: context(scratch, current, trainable_runtime))
     assert (first.artifact_dir / "adapter" / "adapter_config.json").is_file()
@@ -65,8 +65,10 @@ def test_the_contract_kit_passes(tmp_path, trainable_runtime, batch):
     assert recipe.lineages.head(SCENARIO).published_release == "rel_kit_1"
 
 
-def test_declares_scored_single_reference_and_freshness_filters():
-    assert SAORecipe(max_staleness=3).filters == ["scored", "single_reference", ("freshness", {"max_behind": 3})]
+def test_declares_scored_single_reference_filters_and_counts_staleness_in_lineage_steps():
+    # staleness is the lineage's (steps behind its head), not the release chain's: no freshness filter
+    assert SAORecipe(max_staleness=3).filters == ["scored", "single_reference"]
+    assert SAORecipe().max_staleness == 64
 
 
 def test_lora_options_are_checked_by_reef_train_with_the_recipes_names():
@@ -93,28 +95,79 @@ def test_multi_reference_and_unusable_reports_are_not_trained_on(tmp_path, train
     assert m["rollouts_dropped"] == 3
 
 
-def test_stale_rollouts_are_dropped_and_counted(tmp_path, trainable_runtime, batch):
+def _lineage_at(recipe, tmp_path, steps: int, releases: dict[str, int]):
+    """Give ``recipe``'s lineage a head ``steps`` steps in, having seen ``releases`` serve at
+    the lineage steps given (what publishes and resets leave behind)."""
+    import json
+
+    lineages = recipe.lineages
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "adapter").mkdir(parents=True, exist_ok=True)
+    head = lineages.advance(SCENARIO, ckpt, {"serving": "rel3"}, expected=None, steps=steps)
+    path = lineages.dir_of(SCENARIO) / "HEAD.json"
+    data = json.loads(path.read_text())
+    data["releases"] = releases
+    path.write_text(json.dumps(data))
+    return lineages.head(SCENARIO), head
+
+
+def test_stale_rollouts_are_dropped_counted_and_their_lag_recorded(tmp_path, batch):
+    """A rollout sampled more than ``max_staleness`` lineage steps behind the head is dropped
+    (counted); the others carry their policy lag in lineage steps."""
     exp = list(batch)
-    releases = [SimpleNamespace(release_id=f"rel{i}", sequence=i) for i in (1, 2, 3)]
-    store = SimpleNamespace(list_releases=lambda scenario, newest_first=False: releases)
-    served = [experience(i, e.score, record(i, r.prompt_token_ids, r.response_token_ids, r.logprobs,
-                                              release_id=rel))
-              for i, (e, r, rel) in enumerate((e, e.records[0], rel) for e, rel in
-                                              zip(exp, ["rel3", "rel2", "rel1", "rel3"]))]
-    current = release_of(tmp_path / "serving", "rel3")
+    served = [experience(i, e.score, record(i, e.records[0].prompt_token_ids, e.records[0].response_token_ids,
+                                            e.records[0].logprobs, release_id=rel))
+              for i, (e, rel) in enumerate(zip(exp, ["rel3", "rel2", "rel1", None]))]
+    recipe = SAORecipe(max_staleness=4, state_dir=tmp_path / "state")
+    head, _ = _lineage_at(recipe, tmp_path, 10, {"": 0, "rel1": 2, "rel2": 6, "rel3": 9})
+    rollouts, dropped = recipe.rollouts(Batch(SCENARIO, served), head)
+    # rel3 serves step 9 (lag 1), rel2 step 6 (lag 4), rel1 step 2 (lag 8), the base step 0 (lag 10)
+    assert [r.lag for r in rollouts] == [1, 4] and dropped["stale"] == 2
+    assert [r.release_id for r in rollouts] == ["rel3", "rel2"]
+    rollouts, dropped = SAORecipe(max_staleness=10).rollouts(Batch(SCENARIO, served), head)
+    assert [r.lag for r in rollouts] == [1, 4, 8, 10] and dropped["stale"] == 0
+
+
+def test_a_batch_of_stale_rollouts_is_skipped_and_counted(tmp_path, trainable_runtime, batch):
+    exp = list(batch)
+    old = [experience(i, e.score, record(i, e.records[0].prompt_token_ids, e.records[0].response_token_ids,
+                                         e.records[0].logprobs, release_id="rel1")) for i, e in enumerate(exp)]
+    recipe = SAORecipe(max_staleness=2, num_critic_only_steps=0, state_dir=tmp_path / "state")
+    _lineage_at(recipe, tmp_path, 5, {"rel1": 1, "rel3": 5})
+    current = replace(release_of(tmp_path / "serving", "rel3"))
     (tmp_path / "serving").mkdir()
     ctx = context(tmp_path, current, trainable_runtime)
-    ctx.store = store
-    cand = SAORecipe(max_staleness=1, num_critic_only_steps=0, state_dir=tmp_path / "state").propose(
-        Batch(SCENARIO, served), current, ctx)
-    m = cand.metadata["sao"]["metrics"]
-    assert (m["rollouts_used"], m["rollouts_dropped_stale"]) == (3, 1)     # rel1 is 2 behind rel3
-    assert (m["policy_lag_max"], m["policy_lag_mean"]) == (1, pytest.approx(1 / 3))
+    assert recipe.propose(Batch(SCENARIO, old), current, ctx) is None
+    assert (ctx.skip_kind, ctx.skip_counts) == ("stale", {"rollouts_stale": len(exp)})
+    assert "stale=4" in ctx.skip_reason
+    assert recipe.lineages.head(SCENARIO).step == 5                  # the lineage did not move
+
+
+def test_a_lineage_that_ran_max_staleness_ahead_of_serving_resets_to_it(tmp_path, trainable_runtime, batch):
+    """What serves is more than ``max_staleness`` steps behind the head (no publish for that
+    long): all its traffic would be stale, so the lineage resets to the serving release's state
+    and trains the batch from there (lag 0), the reason in the candidate's metadata."""
+    exp = list(batch)
+    fresh = [experience(i, e.score, record(i, e.records[0].prompt_token_ids, e.records[0].response_token_ids,
+                                           e.records[0].logprobs, release_id="rel3")) for i, e in enumerate(exp)]
+    recipe = SAORecipe(max_staleness=2, num_critic_only_steps=0, state_dir=tmp_path / "state")
+    _lineage_at(recipe, tmp_path, 6, {"rel3": 3})
+    current = release_of(tmp_path / "serving", "rel3")
+    (tmp_path / "serving").mkdir()
+    # the head says rel3 served when it was written: continued, then found 3 steps ahead of it
+    cand = recipe.propose(Batch(SCENARIO, fresh), current, context(tmp_path, current, trainable_runtime))
+    assert cand is not None
+    lin = cand.metadata["lineage"]
+    assert "ran 3 steps ahead of the serving release (rel3)" in lin["reset"] and "max_staleness 2" in lin["reset"]
+    assert (lin["rollouts_stale"], lin["lag_max"]) == (0, 0)
+    assert cand.metadata["sao"]["learner_from"] == "new"                # serving's state: no learner there
+    head = recipe.lineages.head(SCENARIO)
+    assert head.step == 7 and "max_staleness" in head.last_reset["reason"]
 
 
 def test_warm_up_keeps_the_policy_bit_identical_then_the_actor_moves(tiny_model_dir, batch):
     learner = _learner(tiny_model_dir, num_critic_only_steps=2)
-    rollouts, _ = SAORecipe().rollouts(batch, None, SimpleNamespace(store=None))
+    rollouts, _ = SAORecipe().rollouts(batch, None)
     before = _params(learner.policy)
     head_before = learner.critic.head.weight.detach().clone()
     for _ in range(2):
@@ -130,7 +183,7 @@ def test_warm_up_keeps_the_policy_bit_identical_then_the_actor_moves(tiny_model_
 def test_a_saved_learner_resumes_exactly(tiny_model_dir, batch, tmp_path):
     """Two SAO steps (a warm-up and an actor step), saved and loaded, then a third: the same
     policy, critic, value head, moments and counters as three steps without the interruption."""
-    rollouts, _ = SAORecipe().rollouts(batch, None, SimpleNamespace(store=None))
+    rollouts, _ = SAORecipe().rollouts(batch, None)
     options = {"num_critic_only_steps": 1, "lr": 0.05, "lora_rank": 4, "lora_alpha": 8, "lora_lm_head": True}
     uninterrupted = _learner(tiny_model_dir, **options)
     for _ in range(3):
@@ -160,7 +213,7 @@ def test_a_saved_learner_resumes_exactly(tiny_model_dir, batch, tmp_path):
 
 def test_k_critic_updates_before_each_actor_update(tiny_model_dir, batch):
     learner = _learner(tiny_model_dir, num_critic_only_steps=1, critic_steps_per_actor=3)
-    rollouts, _ = SAORecipe().rollouts(batch, None, SimpleNamespace(store=None))
+    rollouts, _ = SAORecipe().rollouts(batch, None)
     calls = []
     for name, opt in (("critic", learner.critic_optimizer), ("actor", learner.optimizer)):
         original = opt.step
@@ -196,7 +249,7 @@ def _distance(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
 
 
 def test_a_rejected_candidates_training_continues_on_the_lineage(tmp_path, trainable_runtime, batch):
-    recipe = SAORecipe(batch_size=4, num_critic_only_steps=0, max_staleness=1, lr=0.01, state_dir=tmp_path / "state")
+    recipe = SAORecipe(batch_size=4, num_critic_only_steps=0, lr=0.01, state_dir=tmp_path / "state")
     first = recipe.propose(batch, None, context(tmp_path, None, trainable_runtime, "s1"))
     shutil.copytree(first.artifact_dir, tmp_path / "rel1")
     # the first candidate was published
@@ -227,7 +280,7 @@ def test_a_restart_continues_the_lineage(tmp_path, trainable_runtime, batch):
 
 
 def test_serving_that_moved_elsewhere_resets_the_lineage(tmp_path, trainable_runtime, batch):
-    recipe = SAORecipe(batch_size=4, num_critic_only_steps=0, max_staleness=1, state_dir=tmp_path / "state")
+    recipe = SAORecipe(batch_size=4, num_critic_only_steps=0, state_dir=tmp_path / "state")
     recipe.propose(batch, None, context(tmp_path, None, trainable_runtime, "s1"))
     recipe.propose(batch, None, context(tmp_path, None, trainable_runtime, "s2"))
     # another server published something else (or a rollback did): the lineage restarts from it
@@ -273,7 +326,7 @@ def test_a_restart_without_a_lineage_resumes_the_critic_from_the_serving_release
     saved_head = load_file(str(tmp_path / "rel1" / "learner" / "value_head.safetensors"))
 
     # a new process: a new recipe object and another state directory; the release is all it has
-    recipe = SAORecipe(batch_size=4, num_critic_only_steps=0, max_staleness=1, state_dir=tmp_path / "state-b")
+    recipe = SAORecipe(batch_size=4, num_critic_only_steps=0, state_dir=tmp_path / "state-b")
     adapter, learner_dir, source = recipe.learner_source(None, current, trainable_runtime)
     assert (learner_dir, source) == (tmp_path / "rel1" / "learner", "the serving release")
     base = trainable_runtime.base_model()
@@ -294,6 +347,9 @@ def test_several_optimizer_steps_make_one_candidate(tmp_path, trainable_runtime,
     assert m["metrics"]["optimizer_steps"] == 2 and m["metrics"]["rollouts_used"] == 4
     assert (m["steps"], m["actor_steps"]) == (2, 1)
     assert [s["actor_updated"] for s in m["metrics"]["steps_detail"]] == [False, True]
+    # the summary reports every optimizer step's reward, not only the last one's
+    per_step = [f"{s['reward_mean']:.3f}" for s in m["metrics"]["steps_detail"]]
+    assert f"(by step: {per_step[0]} warm-up, {per_step[1]})" in cand.summary
 
 
 def test_grpo_dis_uses_groups_of_one_prompt_and_no_critic(tmp_path, trainable_runtime, tiny_model_dir, prompts):
@@ -308,3 +364,32 @@ def test_grpo_dis_uses_groups_of_one_prompt_and_no_critic(tmp_path, trainable_ru
     assert not (cand.artifact_dir / "learner" / "critic").exists()
     with pytest.raises(ValueError, match="n_samples_per_prompt"):
         SAORecipe(mode="grpo_dis")
+
+
+@pytest.mark.parametrize("bound", ["1e-9", "null", "default"])
+def test_the_lineage_resets_when_its_kl_to_serving_passes_the_bound(tmp_path, trainable_runtime, batch, bound):
+    """The divergence guard on ``loop.lineage_max_kl``: the step measures its new head's KL to
+    serving (the base here) on the batch's rollouts with reef-train's logprob function; past the
+    bound the lineage resets to serving, the reason in the candidate's metadata."""
+    from reef_core.testing import recipe_context, reef_settings
+
+    overrides = [] if bound == "default" else [f"loop.lineage_max_kl={bound}"]
+    settings = reef_settings(tmp_path / "settings", overrides)
+    recipe = SAORecipe(batch_size=4, num_critic_only_steps=0, lr=0.01, state_dir=tmp_path / "state")
+    ctx = recipe_context(tmp_path / "s1", None, recipe="sao", runtime=trainable_runtime, settings=settings)
+    cand = recipe.propose(batch, None, ctx)
+    kl = cand.metadata["sao"]["metrics"].get("lineage_kl")
+    head = recipe.lineages.head(SCENARIO)
+    if bound == "null":                     # no bound: not even measured
+        assert kl is None and "reset" not in cand.metadata["lineage"] and head.checkpoint is not None
+    elif bound == "default":                # one small step stays well inside 0.1 nats per token
+        assert 0 < kl < 0.1 and "reset" not in cand.metadata["lineage"] and head.checkpoint is not None
+    else:
+        assert kl > 1e-9
+        reason = cand.metadata["lineage"]["reset"]
+        assert "KL to the serving release (the base model)" in reason and "above loop.lineage_max_kl 1e-09" in reason
+        assert head.checkpoint is None and head.last_reset["reason"] == reason and head.step == 1
+        # the next step starts again from what serves
+        again = recipe.propose(batch, None, recipe_context(tmp_path / "s2", None, recipe="sao",
+                                                           runtime=trainable_runtime, settings=settings))
+        assert again.metadata["sao"]["learner_from"] == "new"

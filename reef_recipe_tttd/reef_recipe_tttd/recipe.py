@@ -2,8 +2,8 @@
 
 The batch is one complete G×R grid of scored rollouts of one search step (``tttd_grid``
 filter, ``batch_size`` = G×R); the barrier is checked again here. Constant-reward groups are
-removed (one kept when all are constant), each remaining group gets adaptive-β entropic
-leave-one-out advantages (``tttd``) or a group-mean baseline (``tttd-mean``), the centred
+removed (a grid of only constant groups has no reward signal and trains nothing), each
+remaining group gets adaptive-β entropic leave-one-out advantages (``tttd``) or a group-mean baseline (``tttd-mean``), the centred
 frozen-base KL is folded into the per-token advantages, and one Adam step on the un-clipped
 importance-sampling token-sum loss trains the policy's LoRA (``TTTDAlgorithm``, run by
 ``reef_train``'s learner on the trainer backend the ``trainer`` option names: in process, or one
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from reef_core import ActiveRelease, Batch, Candidate, Recipe, RecipeContext, require_trainable
-from reef_train import LoraOptions, StepPayload, lineage, read_learner_state, run_steps
+from reef_train import LoraOptions, Sample, StepPayload, lineage, read_learner_state, run_steps
 from reef_train.backend import TrainerError, make_trainer
 
 from .algorithm import Rollout, TTTDAlgorithm, reward_stats
@@ -39,7 +39,7 @@ class TTTDRecipe(Recipe):
     keeps_lineage = True
 
     def __init__(self, variant: str = "tttd", groups_per_step: int = 8, rollouts_per_group: int = 64,
-                 max_staleness: int = 0, lr: float = 4e-5, beta1: float = 0.9, beta2: float = 0.95,
+                 max_staleness: int = lineage.MAX_STALENESS, lr: float = 4e-5, beta1: float = 0.9, beta2: float = 0.95,
                  eps: float = 1e-8, weight_decay: float = 0.0, kl_coef: float = 0.1, lora_rank: int = 32,
                  lora_alpha: int = 32, lora_lm_head: bool = False, device: str = "auto", seed: int = 0,
                  micro_batch_tokens: int = 512, trainer: dict[str, Any] | None = None,
@@ -87,14 +87,14 @@ class TTTDRecipe(Recipe):
 
     @property
     def filters(self) -> list[Any]:
-        return ["scored", ("freshness", {"max_behind": self.max_staleness}),
-                ("tttd_grid", {"groups_per_step": self.groups, "rollouts_per_group": self.rollouts})]
+        # staleness is counted in lineage steps (``propose`` skips a stale grid)
+        return ["scored", ("tttd_grid", {"groups_per_step": self.groups, "rollouts_per_group": self.rollouts})]
 
     def propose(self, batch: Batch, current: ActiveRelease | None, ctx: RecipeContext) -> Candidate | None:
         try:
             grid = barrier(list(batch), self.groups, self.rollouts)
         except GridError as exc:
-            ctx.skip_reason = f"the batch is not a training grid: {exc}"
+            ctx.skip(f"the batch is not a training grid: {exc}", "no_usable_rollout")
             ctx.log.warning("tttd: the batch is rejected and does not train: %s", exc)
             return None
         rewards = grid.group_rewards()
@@ -112,8 +112,14 @@ class TTTDRecipe(Recipe):
         if bests:
             metrics["archive_best_reward"] = max(bests)
         if not self.trains:
-            ctx.skip_reason = "search-only: nothing trains"
+            ctx.skip("search-only: nothing trains", "not_training")
             ctx.log.info("tttd step %d (search-only, nothing trains): %s", grid.step, _fmt(metrics))
+            return None
+        if metrics["constant_groups"] == len(rewards):
+            # no reward signal: every advantage is 0, only the KL term would move the policy
+            ctx.skip(f"nothing to learn: every group of grid step {grid.step} has a constant reward (no reward "
+                     "signal); the lineage did not move", "nothing_to_learn")
+            ctx.log.info("tttd: %s", ctx.skip_reason)
             return None
         groups = []
         for g in keep:
@@ -125,9 +131,20 @@ class TTTDRecipe(Recipe):
                     raise GridError(f"report {exp.report_id} (step {grid.step}, group {g}, rollout {r}): {rollout}")
                 group.append(rollout)
             groups.append(group)
+        head = lineage.continued_head(self.lineages, batch.scenario, current, ctx.log, ctx)
+        head, reset = lineage.keep_up(self.lineages, batch.scenario, head, current, self.max_staleness, ctx.log, ctx)
+        # a grid trains whole or not at all: one rollout sampled too far behind the head spoils it
+        lags = [lineage.lag_of(head, rec.release_id) for exp in grid.ordered() for rec in exp.records]
+        stale = sum(lag > self.max_staleness for lag in lags)
+        if stale:
+            ctx.skip(f"{stale} rollout(s) of grid step {grid.step} were sampled more than max_staleness "
+                     f"{self.max_staleness} lineage steps behind the head (policy lag up to {max(lags)})", "stale",
+                     rollouts_stale=len(lags))
+            ctx.log.info("tttd: %s", ctx.skip_reason)
+            return None
+        metrics.update(lineage_lag_max=max(lags, default=0), lineage_lag_mean=sum(lags) / len(lags) if lags else 0.0)
         runtime = require_trainable(ctx.runtime, ctx.recipe)
         base = runtime.base_model()
-        head = lineage.continued_head(self.lineages, batch.scenario, current, ctx.log, ctx)
         adapter, learner_dir, source = lineage.learner_source(head, current, runtime, "tttd")
         before = read_learner_state(learner_dir, "tttd") if learner_dir is not None else None
         artifact = ctx.new_artifact()
@@ -135,14 +152,25 @@ class TTTDRecipe(Recipe):
                                f"({self.trainer.options.backend})", total=1) as bar:
             # a TrainerError (the step failed or was lost on Ray) propagates: the candidate fails
             # with its sentence, nothing is published
-            result = run_steps(self.trainer, StepPayload(self.algorithm, self.lora, [groups]), base=base,
-                               adapter=adapter, state=learner_dir, output=artifact)
+            bound = lineage.kl_bound(ctx)  # the divergence guard measures the KL to serving on this grid
+            rows = [r for group in groups for r in group]
+            payload = StepPayload(self.algorithm, self.lora, [groups],
+                                  kl_samples=[Sample(r.prompt_ids, r.response_ids, r.logprobs) for r in rows]
+                                  if bound is not None else None, kl_temperatures=[r.temperature for r in rows])
+            result = run_steps(self.trainer, payload, base=base, adapter=adapter, state=learner_dir, output=artifact,
+                               reference=runtime.adapter_of(current))
             bar.advance()
         metrics.update(result["steps"][0])
+        if result.get("kl") is not None:
+            metrics["lineage_kl"] = result["kl"]
         trained = result["counters"]["steps"] - (before.counters["steps"] if before is not None else 0)
         new = lineage.advance(self.lineages, batch.scenario, artifact, head=head, current=current, steps=trained,
                               meta={"recipe": ctx.recipe, "from": source, "grid_step": grid.step,
-                                    "reward_mean": metrics.get("reward_mean")})
+                                    "reward_mean": metrics.get("reward_mean"),
+                                    "lineage_lag_max": metrics["lineage_lag_max"],
+                                    "lineage_lag_mean": metrics["lineage_lag_mean"], "kl": result.get("kl")}, ctx=ctx)
+        reset = lineage.guard_kl(self.lineages, batch.scenario, new, current, result.get("kl"), bound, ctx.log,
+                                 ctx) or reset
         ctx.log.info("tttd step %d: %s", grid.step, _fmt(metrics))
         return Candidate(
             scenario=batch.scenario, recipe=ctx.recipe, artifact_dir=artifact,
@@ -151,7 +179,7 @@ class TTTDRecipe(Recipe):
                      f"{metrics['reward_mean']:.3f} max {metrics['reward_max']:.3f}, beta {metrics['beta_mean']:.3g}"),
             metadata={"tttd": {"metrics": metrics, "learner_steps": result["counters"]["steps"],
                                "learner_from": source},
-                      "lineage": lineage.candidate_metadata(new)},
+                      "lineage": lineage.candidate_metadata(new, reset=reset, lags=lags)},
         )
 
 

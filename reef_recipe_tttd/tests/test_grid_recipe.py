@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -158,3 +159,23 @@ def test_a_rejected_grid_steps_training_continues_on_the_lineage(tmp_path, train
         ("new", "lineage step 1")
     assert read_learner_state(second.artifact_dir / "learner", "tttd").counters["steps"] == 2
     assert second.metadata["lineage"]["step"] == 2
+    # the grid was sampled by rel1, a release this lineage never saw serve (its lag counts from
+    # the lineage's start): two steps in, with max_staleness 1, it is stale and trains nothing
+    # (counted); each step recorded its lag
+    assert [c.metadata["tttd"]["metrics"]["lineage_lag_max"] for c in (first, second)] == [0, 1]
+    third = ctx("s3")
+    assert recipe.propose(grid_batch, None, third) is None
+    assert (third.skip_kind, third.skip_counts) == ("stale", {"rollouts_stale": len(list(grid_batch))})
+    assert recipe.lineages.head(grid_batch.scenario).step == 2
+
+
+def test_a_grid_without_reward_signal_proposes_no_candidate(tmp_path, trainable_runtime, grid_batch):
+    """Every group's reward is constant: every advantage is 0, so nothing trains (counted, with
+    the reason) and the lineage does not move."""
+    flat = Batch(grid_batch.scenario, [replace(e, score=1.0) for e in grid_batch])
+    recipe = TTTDRecipe(groups_per_step=2, rollouts_per_group=4, lora_rank=4, lora_alpha=8, state_dir=tmp_path / "st")
+    ctx = recipe_context(tmp_path / "s1", None, recipe="tttd", runtime=trainable_runtime)
+    assert recipe.propose(flat, None, ctx) is None
+    assert ctx.skip_kind == "nothing_to_learn" and "constant reward" in ctx.skip_reason
+    assert recipe.lineages.head(grid_batch.scenario) is None
+
