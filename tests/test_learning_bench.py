@@ -217,7 +217,7 @@ def test_an_endpoint_run_learns_a_rule_from_feedback_text(capsys):
     out = capsys.readouterr().out.strip().splitlines()
     assert any(line.startswith("runtime upstream (fake-model at ") for line in out)
     row = next(line.split() for line in out if line.split()[:1] == ["0"])
-    assert row[1:5] == ["0.000", "0.000", "0.000", "1.000"] and row[5] == "1", out
+    assert row[1:5] == ["0.000", "0.000", "0.000", "1.000"] and row[5:8] == ["-", "-", "1"], out  # no lineage: a harness recipe
     assert out[-1].startswith("feedback_rules: learner 1.000±0.000 vs control 0.000±0.000 on 6 held-out tasks, "
                               "1/1 seeds above control, "), out[-1]
 
@@ -249,7 +249,7 @@ def test_an_endpoint_run_evolves_the_system_prompt_with_gepa(capsys):
     out = capsys.readouterr().out.strip().splitlines()
     assert "reflection model: the served model" in out
     row = next(line.split() for line in out if line.split()[:1] == ["0"])
-    assert row[1:5] == ["0.000", "0.000", "0.000", "1.000"] and row[5] == "1", out
+    assert row[1:5] == ["0.000", "0.000", "0.000", "1.000"] and row[5:8] == ["-", "-", "1"], out  # no lineage: a harness recipe
     assert out[-1].startswith("gepa: learner 1.000±0.000 vs control 0.000±0.000 on 6 held-out tasks, "), out[-1]
 
 
