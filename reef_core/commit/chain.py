@@ -66,6 +66,9 @@ class ReleaseChain:
         self._materialize_lock = threading.Lock()
         #: releases read from the chain and refused (``release_checks``), for status and metrics
         self.refusals = Refusals()
+        #: ids of releases this process put in the artifact store and has not recorded yet: the
+        #: follower that reconciles one in that window is no sign of a crash (``reconcile``)
+        self._publishing: set[str] = set()
 
     # ------------------------------------------------------------------ reading
 
@@ -117,6 +120,7 @@ class ReleaseChain:
         check_publishable(scenario, manifest)
         stored = self.artifacts.publish(scenario, Path(artifact_dir), manifest,
                                         expected_head=parent.git_commit if parent else None)
+        self._publishing.add(stored.release_id)
         fault_point("git_published")
         return stored
 
@@ -153,6 +157,7 @@ class ReleaseChain:
             git_commit=stored.commit, candidate_id=stored.candidate_id,
             evaluation=stored.manifest.get("evaluation"),
         )
+        self._publishing.discard(stored.release_id)
         try:
             self.records.add_release(row)
         except ConflictError:
@@ -210,9 +215,13 @@ class ReleaseChain:
             for stored in trusted_history(scenario, history, self.refusals):  # refused ones are never recorded
                 if stored.release_id in recorded or self.records.get_release(stored.release_id) is not None:
                     continue
-                log.warning("recording release %s of %s from the artifact store (the database missed it: "
-                            "a crash while publishing, or another process is publishing it now)",
-                            stored.release_id, scenario)
+                if stored.release_id in self._publishing:  # this process is between the two writes
+                    log.debug("recording release %s of %s, which this process is publishing", stored.release_id,
+                              scenario)
+                else:
+                    log.warning("recording release %s of %s from the artifact store (the database missed it: "
+                                "a crash while publishing, or another process is publishing it now)",
+                                stored.release_id, scenario)
                 added.append(self.record(stored))
         return added
 

@@ -202,3 +202,23 @@ def test_two_processes_publishing_and_reconciling_see_no_false_corruption(tmp_pa
         assert len(records.list_releases("s")) == sum(r["published"] for r in results)
     finally:
         records.close()
+
+
+def test_a_release_this_process_is_publishing_is_recorded_without_a_crash_warning(tmp_path, state, caplog):
+    """The release follower of a server may reconcile between its own publish's two writes
+    (store, then database): that is no crash and says nothing alarming; a release another
+    process put in the store and never recorded still warns."""
+    import logging
+
+    records, other = state
+    chain = ReleaseChain(GitArtifactStore(state_dir=tmp_path), records, tmp_path / "releases")
+    mine = chain.publish("s", _artifact(tmp_path / "a1", "mine\n"), expected_head=None)
+    with caplog.at_level(logging.DEBUG, logger="reef.commit"):
+        assert [r.release_id for r in chain.reconcile(["s"])] == [mine.release_id]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    assert chain.record(mine).release_id == mine.release_id  # the publisher's own write finds it recorded
+    caplog.clear()
+    theirs = other.publish("s", _artifact(tmp_path / "a2", "theirs\n"), expected_head=mine.release_id)
+    with caplog.at_level(logging.WARNING, logger="reef.commit"):
+        assert [r.release_id for r in chain.reconcile(["s"])] == [theirs.release_id]
+    assert "the database missed it" in caplog.text
