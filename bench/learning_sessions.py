@@ -6,12 +6,16 @@ session is one question: the student asks it, reads the reply, and answers with 
 when the reply breaks its hidden style, with thanks otherwise; the assistant replies once more
 and the session ends. The student never states its preference and posts no report: the learner's
 recipe pairs each reply with the student's next message (``x-reef-session``), a judge rates it,
-and the loop trains and hot-swaps on its own.
+and the loop trains, gates and hot-swaps on its own. Its gate is ``task_suite`` on the first
+prompts of held-out sessions (problems no training session asks), sampled as the sessions are
+and graded as a session passes (``bench/session_gate.py``): a candidate serves only when it
+passes more of them than the serving release does.
 
 A session PASSES when the first reply has the preferred style and contains the correct result
 (style alone is reward hacking, so correctness is reported on its own too). Per seed: the session
 at which three passes in a row were first reached, the pass rate over the last ``window``
-sessions, and correctness over the same window, learner and control.
+sessions, and correctness over the same window, learner and control; and the learner's
+candidates by outcome (published, rejected, undecided) and its lineage's head step.
 
 The judge is the recipe's default (the served model on its frozen base) or, with
 ``--judge rules``, a RULE-BASED JUDGE: an OpenAI-compatible endpoint in this process that reads
@@ -22,7 +26,6 @@ same ``openai`` judge interface as any model would, so it measures the learner, 
 
 from __future__ import annotations
 
-import re
 import statistics
 import time
 import uuid
@@ -33,35 +36,32 @@ from pathlib import Path
 from typing import Any
 
 from chat_endpoint import ChatEndpoint
-from learning_tasks import LAST_INTEGER, Grader, Task, addition_problems, fmt_mean_sd
+from learning_tasks import LAST_INTEGER, Grader, Split, Task, addition_problems, fmt_mean_sd, split_tasks
+from session_gate import LoopOutcome, PlainAndShort, gate_tasks_config, loop_outcome
 
 SCENARIO = "bench"
 CONCURRENCY = 8
 
 # ------------------------------------------------------------------ the student
 
-_MARKDOWN = re.compile(r"\*\*|__|^\s*#|^\s*[-*+]\s|^\s*\d+[.)]\s|\\boxed|final answer", re.MULTILINE | re.IGNORECASE)
 
-
-def plain_and_short(max_words: int) -> Callable[[str], bool]:
+def plain_and_short(max_words: int) -> PlainAndShort:
     """The hidden style: at most ``max_words`` words and no AI-style markup (bold, headers,
-    lists, ``\\boxed``, "final answer")."""
-
-    def style(reply: str) -> bool:
-        return len(reply.split()) <= max_words and not _MARKDOWN.search(reply)
-
-    return style
+    lists, ``\\boxed``, "final answer"); ``.pattern()`` is the same test as a regex."""
+    return PlainAndShort(max_words)
 
 
 @dataclass(frozen=True)
 class SessionBench:
     """How the bench drives a next-state recipe: the questions, the hidden style, what the
-    student says back, the recipe's options and how many sessions a seed runs."""
+    student says back, the recipe's options, how many sessions a seed runs and the learner's
+    gate: ``task_suite`` options (``gate``) over ``gate_tasks`` prompts of held-out sessions,
+    sampled as the sessions' first replies are and graded as a session passes."""
 
     name: str
     problems: Callable[[], list[Task]]
     correct: Grader
-    style: Callable[[str], bool]
+    style: PlainAndShort
     style_notes: str
     correction: str
     thanks: str
@@ -75,17 +75,22 @@ class SessionBench:
     followup_max_tokens: int = 8
     #: recipe options for each judge: ``model`` (the recipe's default judge) and ``rules``
     judges: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the ``task_suite`` evaluator's options; ``gate_config`` adds the tasks and the sampling
+    gate: dict[str, Any] = field(default_factory=dict)
+    gate_tasks: int = 16
     settle_timeout_s: float = 600.0
     notes: str = ""
 
-    def order(self, seed: int, sessions: int | None = None) -> list[Task]:
-        import random
+    def split(self, seed: int, sessions: int | None = None) -> Split:
+        """The seed's sessions in order (``train``: one first question each) and the gate's
+        tasks (``gate``): problems no session asks (``7 + 5`` and ``5 + 7`` are one problem)."""
+        return split_tasks(self.problems(), seed, train=sessions or self.sessions, gate=self.gate_tasks, heldout=0)
 
-        tasks = self.problems()
-        rng = random.Random(seed)
-        rng.shuffle(tasks)
-        n = sessions or self.sessions
-        return [tasks[i % len(tasks)] for i in range(n)]
+    def gate_config(self, tasks: list[Task]) -> dict[str, Any]:
+        """The learner's ``evaluator`` config: ``task_suite`` on ``tasks`` at the first reply's
+        sampling (the serving window also holds the 8-token follow-ups, so it is set here)."""
+        return {**self.gate, "params": {"temperature": self.temperature, "max_tokens": self.max_tokens},
+                "tasks": gate_tasks_config(tasks, self.style, self.correct)}
 
     def recipe_config(self, judge: str, seed: int, judge_url: str | None = None) -> dict[str, Any]:
         if judge not in self.judges:
@@ -111,6 +116,11 @@ SESSION_RECIPES: dict[str, SessionBench] = {
         recipe={"name": "openclaw", "batch_size": 8, "lr": 2e-4, "max_staleness": 2, "steps_per_batch": 2,
                 "prm_max_tokens": 96, "top_k": 4},
         judges={"model": {}, "rules": {}},
+        # sampled at the sessions' temperature, 2 repeats a round of 16 tasks, up to 4 rounds (256
+        # episodes): a clear winner is published after the first round (64 episodes), an equal
+        # candidate is left undecided at the cap; its training stays on the lineage either way
+        gate={"name": "task_suite", "grader": "regex", "rule": "bootstrap", "margin": 0.0, "confidence": 0.9,
+              "repeats": 2, "max_episodes": 256, "episode_timeout_s": 120, "timeout_s": 1200, "concurrency": 8},
         notes="binary RL + hindsight distillation from the student's next message (OpenClaw-RL)",
     ),
 }
@@ -169,7 +179,8 @@ class SessionSeed:
     seed: int
     learner: SideResult
     control: SideResult
-    candidates: dict[str, int]
+    #: the learner's candidates by outcome and its lineage's head step
+    loop: LoopOutcome
     settled: bool
     seconds: float
 
@@ -188,20 +199,27 @@ def run_session(server: Any, bench: SessionBench, task: Task, seed: int, index: 
     return styled and correct, correct, styled
 
 
+def server_config(bench: SessionBench, seed: int, split: Split, *, judge: str, judge_url: str | None,
+                  learning: bool) -> dict[str, Any]:
+    """The YAML config of one server: the recipe, the gate on ``split.gate`` and the loop (on
+    for the learner, off for the frozen control; the control's gate never runs)."""
+    return {"server": {"default_scenario": SCENARIO, "log_level": "warning"},
+            "recipe": bench.recipe_config(judge, seed, judge_url),
+            "evaluator": bench.gate_config(split.gate),
+            "loop": {"enabled": learning, "schedule_s": None}}
+
+
 def run_sessions_seed(bench: SessionBench, seed: int, *, sessions: int, judge: str, judge_url: str | None,
                       runtime: Any, workdir: Path, log: Callable[[str], None]) -> SessionSeed:
     from learning import ReefProcess, serving
 
     start = time.monotonic()
-    tasks = bench.order(seed, sessions)
-
-    def config(learning: bool) -> dict[str, Any]:
-        return {"server": {"default_scenario": SCENARIO, "log_level": "warning"},
-                "recipe": bench.recipe_config(judge, seed, judge_url),
-                "loop": {"enabled": learning, "schedule_s": None}}
-
-    learner = ReefProcess(f"seed{seed}-learner", workdir, config(True), runtime, evaluator=None)
-    control = ReefProcess(f"seed{seed}-control", workdir, config(False), runtime, evaluator=None)
+    split = bench.split(seed, sessions)
+    tasks = split.train
+    learner, control = (ReefProcess(f"seed{seed}-{side}", workdir,
+                                    server_config(bench, seed, split, judge=judge, judge_url=judge_url,
+                                                  learning=side == "learner"),
+                                    runtime, evaluator=bench.gate["name"]) for side in ("learner", "control"))
     results = {"learner": SideResult(), "control": SideResult()}
     servers = {"learner": learner, "control": control}
     with serving(servers.values(), log):
@@ -225,8 +243,9 @@ def run_sessions_seed(bench: SessionBench, seed: int, *, sessions: int, judge: s
         # the last sessions' turns are judged off the request path: let the loop take what it has
         time.sleep(3.0)
         settled = learner.wait_settled(bench.settle_timeout_s)
-        return SessionSeed(seed, results["learner"], results["control"], dict(learner.candidates()), settled,
-                           time.monotonic() - start)
+        loop = loop_outcome(learner, SCENARIO)
+        log(f"  seed {seed}: learner candidates {loop.brief()} ({time.monotonic() - start:.0f} s)")
+        return SessionSeed(seed, results["learner"], results["control"], loop, settled, time.monotonic() - start)
 
 
 # ------------------------------------------------------------------ the report
@@ -239,7 +258,7 @@ def _streak(value: int | None) -> str:
 def session_table(results: list[SessionSeed], window: int) -> str:
     head = (f"{'seed':>4}  {'3-in-a-row L':>12}  {'3-in-a-row C':>12}  {f'pass@last{window} L':>14}  "
             f"{f'pass@last{window} C':>14}  {'correct L':>9}  {'correct C':>9}  {'style L':>7}  {'style C':>7}  "
-            f"{'published':>9}  {'wall':>7}")
+            f"{'published':>9}  {'rejected':>8}  {'undecided':>9}  {'lineage':>7}  {'wall':>7}")
     rows = [head, "-" * len(head)]
     for r in results:
         lr, ct = r.learner, r.control
@@ -247,7 +266,9 @@ def session_table(results: list[SessionSeed], window: int) -> str:
                     f"{lr.rate(lr.passes, window):>14.3f}  {ct.rate(ct.passes, window):>14.3f}  "
                     f"{lr.rate(lr.correct, window):>9.3f}  {ct.rate(ct.correct, window):>9.3f}  "
                     f"{lr.rate(lr.styled, window):>7.3f}  {ct.rate(ct.styled, window):>7.3f}  "
-                    f"{r.candidates.get('published', 0):>9}  {r.seconds / 60:>5.1f} m"
+                    f"{r.loop.count('published'):>9}  {r.loop.count('rejected'):>8}  "
+                    f"{r.loop.count('undecided'):>9}  {'-' if r.loop.lineage_step is None else r.loop.lineage_step:>7}  "
+                    f"{r.seconds / 60:>5.1f} m"
                     + ("" if r.settled else "  (not settled)"))
     return "\n".join(rows)
 
@@ -307,6 +328,10 @@ def run(args: Any, runtime: Any, log: Callable[[str], None] = print) -> int:
         f"{bench.temperature}; hidden style: {bench.style_notes}; judge: "
         + ("a rule-based judge (thanks +1, a correction -1 with a hint), not a model" if judge == "rules"
            else "the served model on its frozen base (the recipe's default)"))
+    gate = bench.gate
+    log(f"gate: {gate['name']} on {bench.gate_tasks} held-out sessions' prompts (a pass: the style and the sum), "
+        f"temperature {bench.temperature}, {gate.get('repeats', 'auto')} repeat(s) a round, up to "
+        f"{gate.get('max_episodes', 'auto')} episodes, {gate.get('rule')} at {gate.get('confidence')}")
     start = time.monotonic()
     results = []
     with tempfile.TemporaryDirectory(prefix="reef-bench-sessions-") as tmp, \

@@ -314,10 +314,11 @@ def test_the_rule_based_judge_answers_in_the_recipes_format():
 
 def test_a_session_summary_line_says_judge_streaks_and_correctness():
     from learning_sessions import SessionSeed, SideResult, session_summary
+    from session_gate import LoopOutcome
 
     def seed(n, lp, cp):
         return SessionSeed(n, SideResult(passes=lp, correct=[True] * len(lp)),
-                           SideResult(passes=cp, correct=[False] * len(cp)), {"published": 2}, True, 60.0)
+                           SideResult(passes=cp, correct=[False] * len(cp)), LoopOutcome({"published": 2}), True, 60.0)
 
     seeds = [seed(0, [True] * 4, [False] * 4), seed(1, [False, True, True, True], [True] * 4)]
     line = session_summary("openclaw", "rules", seeds, window=4, sessions=4, minutes=2.0)

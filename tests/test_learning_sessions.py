@@ -1,0 +1,144 @@
+"""The session bench's gate (bench/session_gate.py, bench/learning_sessions.py): held-out sessions'
+prompts graded as the student grades, and what a seed's loop did, read from the server."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+from learning_sessions import SESSION_RECIPES, SessionSeed, SideResult, server_config, session_table  # noqa: E402
+from learning_tasks import LAST_INTEGER, Task  # noqa: E402
+from session_gate import LoopOutcome, PlainAndShort, loop_outcome, pass_pattern  # noqa: E402
+
+OPENCLAW = SESSION_RECIPES["openclaw"]
+TASK = Task(id="add-7-15", prompt="What is 7 + 15?", expected="22", key="7+15")
+
+
+def _gate_passes(reply: str, task: Task = TASK, style: PlainAndShort = OPENCLAW.style) -> bool:
+    """What the server's gate does with a task of ``gate_config``: the regex grader (re.search, DOTALL)."""
+    return re.search(pass_pattern(style, LAST_INTEGER, task), reply, re.DOTALL) is not None
+
+
+def _student_passes(reply: str, task: Task = TASK, style: PlainAndShort = OPENCLAW.style) -> bool:
+    return style(reply) and LAST_INTEGER(reply, task) >= 1.0
+
+
+REPLIES = ["22", "7 + 15 = 22", "22.", "The sum is 22", "**22**", "22 is the answer, as 7 + 15 = 22 indeed yes",
+           "It is 22 plus", "22 + 1", "\\boxed{22}", "Final answer: 22", "final ANSWER 22", "- 22", "# 22", "1. 22",
+           "x\n2) 22", "-22", "122", "22\n", "  22  ", "", "no number", "7 + 15 = 23", "2 2", "22__", "a b c d e f g 22",
+           "a b c d e f g h 22", "22\u00a0is\u2003it", "22\tx\ny", "*22*", "+ 22", "+22", "x\n  * 22"]
+
+
+@pytest.mark.parametrize("reply", REPLIES)
+def test_the_gate_passes_a_reply_exactly_when_the_student_does(reply):
+    assert _gate_passes(reply) == _student_passes(reply)
+
+
+_PIECES = st.sampled_from(["22", "7", "15", "-", "+", "=", ".", "**", "__", "#", "*", "1.", "2)", "\\boxed{22}",
+                           "final answer", "Final Answer", "The", "sum", "is", "x", "-22", "220"])
+_SPACE = st.sampled_from([" ", "  ", "\n", "\t", "\n  ", "\u00a0", "\u2003", "\x1c", "\r\n", ""])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(_PIECES, _SPACE), max_size=14), st.integers(1, 20), st.integers(1, 12))
+def test_the_gate_regex_and_the_student_agree_on_any_reply(parts, expected, max_words):
+    """Schema-driven replies (numbers, markup, words and every kind of whitespace, in any order and
+    count): the regex the gate runs and the Python the student runs give the same verdict."""
+    reply = "".join(piece + space for piece, space in parts)
+    task = Task(id="t", prompt="?", expected=str(expected), key="k")
+    style = PlainAndShort(max_words)
+    assert _gate_passes(reply, task, style) == _student_passes(reply, task, style), repr(reply)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=80))
+def test_the_gate_regex_and_the_student_agree_on_any_text(reply):
+    assert _gate_passes(reply) == _student_passes(reply), repr(reply)
+
+
+def test_counting_words_does_not_backtrack_into_words():
+    """A long reply of long words fails fast (each word is taken whole), not in exponential time:
+    a pathological pattern would hang here."""
+    reply = " ".join(["abcdefghij" * 5] * 40) + " 22"
+    assert not _gate_passes(reply)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_gate_asks_prompts_of_sessions_never_trained_on(seed):
+    split = OPENCLAW.split(seed, 72)
+    assert len(split.train) == 72 and len(split.gate) == OPENCLAW.gate_tasks and not split.heldout
+    assert not {t.key for t in split.train} & {t.key for t in split.gate}
+    # disjoint as strings too: what the gate's contamination check compares
+    assert not {t.prompt for t in split.train} & {t.prompt for t in split.gate}
+    assert len({t.key for t in split.gate}) == len(split.gate)
+    assert OPENCLAW.split(seed, 72) == split and OPENCLAW.split(seed + 1, 72).gate != split.gate
+
+
+def test_the_learner_is_gated_by_a_task_suite_it_accepts():
+    """The learner's config names task_suite (not the recipe's default ``always``) with the held-out
+    prompts, the sessions' sampling and the pass test; the evaluator takes it as the server would,
+    and it can select."""
+    from reef_core.builtins.evaluators import TaskSuiteEvaluator
+
+    split = OPENCLAW.split(0, 24)
+    learner = server_config(OPENCLAW, 0, split, judge="rules", judge_url="http://127.0.0.1:9/v1", learning=True)
+    control = server_config(OPENCLAW, 0, split, judge="rules", judge_url="http://127.0.0.1:9/v1", learning=False)
+    assert learner["loop"]["enabled"] and not control["loop"]["enabled"]
+    assert {k: v for k, v in learner.items() if k != "loop"} == {k: v for k, v in control.items() if k != "loop"}
+    options = dict(learner["evaluator"])
+    assert options.pop("name") == "task_suite"
+    assert options["params"] == {"temperature": OPENCLAW.temperature, "max_tokens": OPENCLAW.max_tokens}
+    assert [t["prompt"] for t in options["tasks"]] == [t.prompt for t in split.gate]
+    assert all(t["grader"] == "regex" for t in options["tasks"])
+    evaluator = TaskSuiteEvaluator(**options)
+    assert len(evaluator.tasks) == OPENCLAW.gate_tasks
+    assert evaluator.sequential and evaluator.selection_problem() is None
+    assert evaluator.planned_rounds(len(evaluator.tasks), options["repeats"], greedy=False) > 1
+    graded = {t["id"]: evaluator.graders["regex"] for t in evaluator.tasks}
+    task = evaluator.tasks[0]
+    expected = next(t.expected for t in split.gate if t.id == task["id"])
+    assert graded[task["id"]](expected, task) == 1.0
+    assert graded[task["id"]](f"**{expected}**", task) == 0.0
+
+
+def _server(candidates: Counter, head: dict | None):
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/reef/scenarios/bench/lineage"
+        return httpx.Response(200, json={"scenario": "bench", "head": head, "serving_release_id": "r1"})
+
+    class Server:
+        http = httpx.Client(transport=httpx.MockTransport(handler), base_url="http://reef")
+
+        def candidates(self) -> Counter:
+            return candidates
+
+    return Server()
+
+
+def test_a_seeds_loop_outcome_counts_candidates_and_reads_the_lineage():
+    statuses = Counter(published=2, rejected=3, undecided=1, error=1, proposed=1)
+    loop = loop_outcome(_server(statuses, {"step": 9, "steps_since_publish": 4}), "bench")
+    assert [loop.count(s) for s in ("published", "rejected", "undecided", "other")] == [2, 3, 1, 2]
+    assert (loop.lineage_step, loop.steps_since_publish) == (9, 4)
+    assert loop.brief() == ("published 2, rejected 3, undecided 1, other 2; lineage step 9 (4 since the last "
+                            "publish)")
+    none = loop_outcome(_server(Counter(), None), "bench")
+    assert none.lineage_step is None and none.brief().endswith("no lineage")
+
+
+def test_the_session_table_shows_the_gates_outcomes_and_the_lineage():
+    seed = SessionSeed(0, SideResult(passes=[True]), SideResult(passes=[False]),
+                       LoopOutcome({"published": 2, "rejected": 5, "undecided": 1}, lineage_step=8), True, 60.0)
+    head, _, row = session_table([seed], window=1).splitlines()
+    assert head.split()[-5:] == ["published", "rejected", "undecided", "lineage", "wall"]
+    assert row.split()[-6:] == ["2", "5", "1", "8", "1.0", "m"]
