@@ -245,6 +245,8 @@ def run_sessions_seed(bench: SessionBench, seed: int, *, sessions: int, judge: s
         settled = learner.wait_settled(bench.settle_timeout_s)
         loop = loop_outcome(learner, SCENARIO)
         log(f"  seed {seed}: learner candidates {loop.brief()} ({time.monotonic() - start:.0f} s)")
+        for line in loop.verdicts:
+            log(f"    {line}")
         return SessionSeed(seed, results["learner"], results["control"], loop, settled, time.monotonic() - start)
 
 

@@ -14,6 +14,7 @@ learner lineage's head), for any bench that reports it.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -63,11 +64,13 @@ OUTCOMES = ("published", "rejected", "undecided")
 
 @dataclass(frozen=True)
 class LoopOutcome:
-    """A seed's candidates by outcome and its learner lineage's head step (None: no lineage)."""
+    """A seed's candidates by outcome, the gate's word on each (``verdicts``, oldest first) and
+    its learner lineage's head step (None: no lineage)."""
 
     candidates: Mapping[str, int]
     lineage_step: int | None = None
     steps_since_publish: int | None = None
+    verdicts: tuple[str, ...] = ()
 
     def count(self, status: str) -> int:
         if status == "other":
@@ -75,16 +78,35 @@ class LoopOutcome:
         return int(self.candidates.get(status, 0))
 
     def brief(self) -> str:
+        others = sorted(s for s in self.candidates if s not in OUTCOMES)
         lineage = ("no lineage" if self.lineage_step is None
                    else f"lineage step {self.lineage_step} ({self.steps_since_publish} since the last publish)")
         return (f"published {self.count('published')}, rejected {self.count('rejected')}, undecided "
-                f"{self.count('undecided')}, other {self.count('other')}; {lineage}")
+                f"{self.count('undecided')}, other {self.count('other')}"
+                + (f" ({', '.join(f'{s} {self.candidates[s]}' for s in others)})" if others else "")
+                + f"; {lineage}")
+
+
+def verdict(row: Mapping[str, Any]) -> str:
+    """One candidate in a line: its status and, once a ``task_suite`` gate measured it, both
+    sides' mean, the improvement's interval and the rounds it took."""
+    m = (row.get("evaluation") or {}).get("metrics") or {}
+    line = f"{str(row.get('id', '?'))[:12]} {row.get('status')}"
+    if "improvement" in m and "interval" in m:
+        low, high = m["interval"]
+        line += (f": candidate {m.get('candidate_mean', float('nan')):.3f} vs serving "
+                 f"{m.get('current_mean', float('nan')):.3f}, improvement {m['improvement']:+.3f} "
+                 f"[{low:+.3f}, {high:+.3f}] after {m.get('rounds', 1)} of {m.get('max_rounds', 1)} round(s)")
+    return line
 
 
 def loop_outcome(server: Any, scenario: str) -> LoopOutcome:
-    """Read ``server``'s (a ``bench/learning.py`` ``ReefProcess``) candidates
-    (``GET /reef/scenarios/{s}/candidates``) and lineage (``GET /reef/scenarios/{s}/lineage``)."""
+    """What ``server``'s loop did (``server.http``: an httpx client of a ``bench/learning.py``
+    ``ReefProcess``): ``GET /reef/scenarios/{s}/candidates`` and ``GET /reef/scenarios/{s}/lineage``."""
+    rows = server.http.get(f"/reef/scenarios/{scenario}/candidates", params={"limit": 1000}).raise_for_status()
+    rows = sorted(rows.json()["candidates"], key=lambda r: str(r.get("created_at") or ""))
     head = (server.http.get(f"/reef/scenarios/{scenario}/lineage").raise_for_status().json() or {}).get("head")
-    return LoopOutcome(dict(server.candidates()),
+    return LoopOutcome(dict(Counter(str(r.get("status")) for r in rows)),
                        lineage_step=head["step"] if head else None,
-                       steps_since_publish=head.get("steps_since_publish") if head else None)
+                       steps_since_publish=head.get("steps_since_publish") if head else None,
+                       verdicts=tuple(verdict(r) for r in rows))

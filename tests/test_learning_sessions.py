@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import sys
-from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -111,29 +110,44 @@ def test_the_learner_is_gated_by_a_task_suite_it_accepts():
     assert graded[task["id"]](f"**{expected}**", task) == 0.0
 
 
-def _server(candidates: Counter, head: dict | None):
+def _server(rows: list[dict], head: dict | None):
+    """A server's read routes as the real ones answer them (``httpx.MockTransport``)."""
+
     def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/reef/scenarios/bench/candidates":
+            assert request.url.params["limit"] == "1000"
+            return httpx.Response(200, json={"scenario": "bench", "candidates": rows})
         assert request.url.path == "/reef/scenarios/bench/lineage"
         return httpx.Response(200, json={"scenario": "bench", "head": head, "serving_release_id": "r1"})
 
     class Server:
         http = httpx.Client(transport=httpx.MockTransport(handler), base_url="http://reef")
 
-        def candidates(self) -> Counter:
-            return candidates
-
     return Server()
 
 
+def _row(n: int, status: str, metrics: dict | None = None) -> dict:
+    return {"id": f"cand-{n:02d}", "status": status, "created_at": f"2026-12-01T10:{n:02d}:00",
+            "evaluation": {"evaluator": "task_suite", "metrics": metrics} if metrics else None}
+
+
 def test_a_seeds_loop_outcome_counts_candidates_and_reads_the_lineage():
-    statuses = Counter(published=2, rejected=3, undecided=1, error=1, proposed=1)
-    loop = loop_outcome(_server(statuses, {"step": 9, "steps_since_publish": 4}), "bench")
+    statuses = ["published"] * 2 + ["rejected"] * 3 + ["undecided", "error", "evaluating"]
+    rows = [_row(n, status) for n, status in enumerate(statuses)]
+    rows[0]["evaluation"] = {"metrics": {"candidate_mean": 0.5, "current_mean": 0.25, "improvement": 0.25,
+                                         "interval": [0.1, 0.4], "rounds": 1, "max_rounds": 4}}
+    loop = loop_outcome(_server(rows[::-1], {"step": 9, "steps_since_publish": 4}), "bench")
     assert [loop.count(s) for s in ("published", "rejected", "undecided", "other")] == [2, 3, 1, 2]
     assert (loop.lineage_step, loop.steps_since_publish) == (9, 4)
-    assert loop.brief() == ("published 2, rejected 3, undecided 1, other 2; lineage step 9 (4 since the last "
-                            "publish)")
-    none = loop_outcome(_server(Counter(), None), "bench")
-    assert none.lineage_step is None and none.brief().endswith("no lineage")
+    assert loop.brief() == ("published 2, rejected 3, undecided 1, other 2 (error 1, evaluating 1); lineage step 9 "
+                            "(4 since the last publish)")
+    # oldest first, and what the gate measured where it measured
+    assert loop.verdicts[0] == ("cand-00 published: candidate 0.500 vs serving 0.250, improvement +0.250 "
+                                "[+0.100, +0.400] after 1 of 4 round(s)")
+    assert loop.verdicts[-1] == "cand-07 evaluating"
+    none = loop_outcome(_server([], None), "bench")
+    assert none.lineage_step is None and none.brief() == ("published 0, rejected 0, undecided 0, other 0; "
+                                                          "no lineage")
 
 
 def test_the_session_table_shows_the_gates_outcomes_and_the_lineage():
