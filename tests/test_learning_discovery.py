@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
@@ -82,3 +84,47 @@ def test_equal_bests_up_to_float_noise_are_not_above():
                                  "search-only": _side([0.2, 0.2], [0.2, 0.2])})
     better = ld.DiscoverySeed(1, {"tttd": _side([0.2, 0.2001], [0.2, 0.8]), "search-only": _side([0.2, 0.2], [0.2, 0.2])})
     assert not noise.above and better.above
+
+
+def _edits(task, solution, values):
+    """``solution`` with one of its numbers replaced by each of ``values`` in turn."""
+    nums = solution.split()
+    return [" ".join(nums[:i] + [f"{v:.4f}"] + nums[i + 1:]) for i in range(len(nums)) for v in values]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(0.0, 1.0), min_size=1, max_size=20))
+def test_no_one_number_edit_beats_spread5s_seed(values):
+    """Why ``spread5`` was no test of discovery: its evenly spaced seed keeps a 0.05 gap after any
+    one number changes, and SmolLM2-135M's valid answers are edits of the parent."""
+    from reef_recipe_tttd import load_task
+
+    task = load_task("spread5")
+    [seed] = task.seeds()
+    best = task.verify(seed).raw
+    assert all(task.verify(edit).raw <= best + 1e-12 for edit in _edits(task, seed, values))
+
+
+def test_the_default_task_leaves_room_a_one_number_edit_can_take():
+    """The bench's default task: its seed is far below the best possible and one changed number
+    improves it, in steps (a fairer test than spread5: improvement is within a 135M model's edits)."""
+    from reef_recipe_tttd import load_task
+
+    task = load_task(ld.DiscoveryBench.task)
+    [seed] = task.seeds()
+    start = task.verify(seed).raw
+    scores = sorted({round(task.verify(e).raw, 4) for e in _edits(task, seed, [i / 20 for i in range(21)])
+                     if task.verify(e).valid})
+    assert start <= 0.1 and task.verify(" ".join(["0", "1"] + ["0.5"] * (len(seed.split()) - 2))).raw == 1.0
+    assert len([s for s in scores if s > start]) >= 5  # graded: many better answers, not one jump to the top
+
+
+def test_floor_only_runs_search_only_alone_and_says_so():
+    bench, seeds = ld.parse(["tttd", "--floor-only", "--budget", "64", "--seeds", "2"])
+    assert bench.sides == ("search-only",) and seeds == 2 and bench.samples == 64
+    assert ld.parse(["tttd"])[0].sides == ld.MODES
+    results = [ld.DiscoverySeed(0, {"search-only": _side([0.05, 0.1], [0.5, 0.25])}),
+               ld.DiscoverySeed(1, {"search-only": _side([0.1, 0.2], [0.25, 0.25])})]
+    assert ld.floor_summary("spread2", results, 64, 5.2) == (
+        "tttd --floor-only on spread2: search-only best 0.150±0.071 at 64 samples (seeds: 0.1000, 0.2000), "
+        "valid 38%→25%, 5.2 min")
