@@ -93,3 +93,23 @@ def test_seed_solutions_are_valid_and_prose_is_ignored():
     assert load_task("circles3-program").seeds() == []
     assert load_task("spread5").verify("Sure, here:\n0 0.25 0.5 0.75 1\nThe gap is 0.25.").score == pytest.approx(1.0)
     assert load_task("circles3").verify(f"Answer:\n{GOOD}\nThat is all, 2 of 3.").valid
+
+
+@pytest.mark.parametrize("line", ["0 0.5 1", "0, 0.5, 1", "0; 0.5; 1.", "  0\t0.5  1  ", "0.0 0.50 1.00"])
+def test_a_spread_answer_is_a_line_of_the_numbers_alone(line):
+    task = load_task("spread3")
+    assert task.verify(f"Here you go:\n{line}\nDone.").score == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("prose", [
+    "Here are three numbers between 0 and 1 that have a gap of 0.5:",
+    "The numbers are 0, 0.5 and 1.",
+    "0 0.5 1 is my answer",
+    "Two numbers between 0 and 1",
+])
+def test_a_line_of_prose_is_never_a_spread_answer_though_it_holds_the_numbers(prose):
+    """Prose that happens to hold n numbers in [0, 1] would score the best possible without an answer
+    (SmolLM2-135M wrote exactly such lines in the discovery bench)."""
+    for n in (2, 3):
+        verdict = load_task(f"spread{n}").verify(prose)
+        assert not verdict.valid and verdict.score == 0.0, (n, prose)
