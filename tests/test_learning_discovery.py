@@ -106,17 +106,17 @@ def test_no_one_number_edit_beats_spread5s_seed(values):
 
 
 def test_the_default_task_leaves_room_a_one_number_edit_can_take():
-    """The bench's default task: its seed is far below the best possible and one changed number
-    improves it, in steps (a fairer test than spread5: improvement is within a 135M model's edits)."""
+    """The bench's default task: its seed is far below the best possible (1.0) and changing one of
+    its numbers can improve it, so an improvement is within a 135M model's edits (unlike spread5)."""
     from reef_recipe_tttd import load_task
 
     task = load_task(ld.DiscoveryBench.task)
     [seed] = task.seeds()
     start = task.verify(seed).raw
-    scores = sorted({round(task.verify(e).raw, 4) for e in _edits(task, seed, [i / 20 for i in range(21)])
-                     if task.verify(e).valid})
-    assert start <= 0.1 and task.verify(" ".join(["0", "1"] + ["0.5"] * (len(seed.split()) - 2))).raw == 1.0
-    assert len([s for s in scores if s > start]) >= 5  # graded: many better answers, not one jump to the top
+    n = len(seed.split())
+    assert start <= 0.1
+    assert task.verify(" ".join(f"{i / (n - 1):g}" for i in range(n))).raw == pytest.approx(1.0)
+    assert any(task.verify(e).raw > start + 1e-9 for e in _edits(task, seed, [i / 20 for i in range(21)]))
 
 
 def test_floor_only_runs_search_only_alone_and_says_so():
