@@ -16,8 +16,14 @@ when the rows' adapters differ).
 
 Memory stays bounded: the running batch's keys and values live in one ``KVBuffer``
 (``kv_cache.py``) that is written in place and reused from batch to batch, at most
-``max_batch_size`` rows of ``max_len`` tokens; only a prefill builds a short-lived cache for
-its newcomers. When the engine goes idle, freed heap pages go back to the OS (``malloc_trim``).
+``max_batch_size`` rows of ``max_len`` tokens, allocated as the batch needs them. A prefill
+writes its newcomers' keys and values straight into the buffer, and runs in forwards of at most
+``prefill_chunk_tokens`` tokens (padding included): short prompts that arrive together share
+one forward, a long prompt goes alone, chunk after chunk, so a forward's activations (hidden
+states, the MLP's intermediate, the attention mask) stay those of a short prompt whatever the
+prompt's length. Every forward computes logits for the last position only (``logits_to_keep=1``):
+over a whole 8k-token prompt they would be 8192 x 49152 floats, 1.6 GB for SmolLM2. When the
+engine goes idle, freed heap pages go back to the OS (``malloc_trim``).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from typing import Any
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import Cache
 
 from reef_train.sampling import make_generator, sample_rows, top_logprobs_rows
 
@@ -105,6 +112,7 @@ class GenerationEngine:
 
     ``max_len`` bounds the tokens (prompt plus completion) of one sequence and so the KV
     buffer's columns; by default the model's ``max_position_embeddings`` (else 4096).
+    ``prefill_chunk_tokens`` bounds the tokens (padding included) of one prefill forward.
     """
 
     def __init__(
@@ -115,6 +123,7 @@ class GenerationEngine:
         max_batch_size: int = 8,
         batch_window_ms: float = 8.0,
         max_len: int | None = None,
+        prefill_chunk_tokens: int = 512,
     ):
         self.model = model
         # A private copy for incremental detokenizing on the worker thread: the Rust
@@ -122,6 +131,7 @@ class GenerationEngine:
         self.tokenizer = copy.deepcopy(tokenizer)
         self.max_batch_size = max(1, int(max_batch_size))
         self.batch_window_s = max(0.0, float(batch_window_ms)) / 1000.0
+        self.prefill_chunk_tokens = max(1, int(prefill_chunk_tokens))
         self.device = next(model.parameters()).device
         self.eos_ids = _eos_ids(model, tokenizer)
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -138,7 +148,7 @@ class GenerationEngine:
         if max_len is None:
             max_len = getattr(getattr(model, "config", None), "max_position_embeddings", None) or 4096
         #: keys and values of the running rows, reused from batch to batch
-        self.kv = KVBuffer(self.max_batch_size, int(max_len))
+        self.kv = KVBuffer(self.max_batch_size, int(max_len), layers=_layer_count(model))
         self._mask: torch.Tensor | None = None
         self._trim_due = False  # the batch emptied since the heap was last trimmed
         self._closed = False
@@ -234,7 +244,7 @@ class GenerationEngine:
             except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits the future
                 fut.set_exception(exc)
 
-    def _forward(self, adapters: list[str | None], cache: DynamicCache, **kwargs: Any) -> torch.Tensor:
+    def _forward(self, adapters: list[str | None], cache: Cache, **kwargs: Any) -> torch.Tensor:
         """One forward for rows whose adapters are ``adapters``; returns last-position logits.
 
         Base-model rows of a PeftModel go through peft's mixed-batch path as ``__base__``
@@ -256,36 +266,69 @@ class GenerationEngine:
         return model(**kwargs).logits[:, -1, :]
 
     def _prefill(self, reqs: list[GenerationRequest]) -> None:
+        """Prefill the newcomers into free rows of the KV buffer and sample their first tokens."""
         reqs = self._within_limit(reqs)
         if not reqs:
             return
         rows = [_Row(req=r, generator=make_generator(r.seed)) for r in reqs]
         width = max(len(r.prompt_ids) for r in reqs)
-        ids = torch.full((len(reqs), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(reqs), width), dtype=torch.long)
-        for i, r in enumerate(reqs):
-            n = len(r.prompt_ids)
-            ids[i, width - n :] = torch.tensor(r.prompt_ids, dtype=torch.long)
-            mask[i, width - n :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=getattr(self.model, "config", None))
+        logits = []
         try:
-            logits = self._forward(
-                [r.adapter for r in reqs],
-                input_ids=ids.to(self.device),
-                attention_mask=mask.to(self.device),
-                position_ids=positions.to(self.device),
-                cache=cache,
-            )
+            self.kv.open(len(reqs), width)
+            first = 0
+            for group in self._prefill_groups(reqs):
+                logits.append(self._prefill_group(group, first))
+                first += len(group)
         except Exception as exc:  # fail only the newcomers; the running batch is intact
             log.exception("prefill failed")
+            self.kv.abort()
             for row in rows:
                 self._finish_error(row, exc)
             return
-        self.forward_log.append(("prefill", len(reqs)))
-        self._merge(rows, cache, mask.to(self.device))
-        del cache  # its tensors are copied into the KV buffer
-        self._after_sampling(rows, logits)
+        self.kv.commit()
+        self._merge(rows, _left_aligned_mask([len(r.prompt_ids) for r in reqs], width, self.device))
+        self._after_sampling(rows, torch.cat(logits))
+
+    def _prefill_groups(self, reqs: list[GenerationRequest]) -> list[list[GenerationRequest]]:
+        """Consecutive newcomers that share a forward: as many as fit ``prefill_chunk_tokens``
+        once left-padded to the group's longest prompt; a longer prompt is a group of its own."""
+        groups: list[list[GenerationRequest]] = []
+        budget = self.prefill_chunk_tokens
+        for req in reqs:
+            group = groups[-1] if groups else None
+            if group and (len(group) + 1) * max(len(req.prompt_ids), *(len(r.prompt_ids) for r in group)) <= budget:
+                group.append(req)
+            else:
+                groups.append([req])
+        return groups
+
+    def _prefill_group(self, reqs: list[GenerationRequest], first: int) -> torch.Tensor:
+        """Run the prefill of newcomers ``first ..`` in forwards of at most ``prefill_chunk_tokens``
+        tokens, straight into their KV rows; returns their last positions' logits."""
+        lengths = [len(r.prompt_ids) for r in reqs]
+        width = max(lengths)
+        ids = torch.full((len(reqs), width), self.pad_id, dtype=torch.long)
+        for i, r in enumerate(reqs):
+            ids[i, width - lengths[i] :] = torch.tensor(r.prompt_ids, dtype=torch.long)
+        mask = _left_aligned_mask(lengths, width, torch.device("cpu"))
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        ids, mask, positions = ids.to(self.device), mask.to(self.device), positions.to(self.device)
+        view = self.kv.prefill_view(first, len(reqs), width)
+        step = max(1, self.prefill_chunk_tokens // len(reqs))
+        adapters = [r.adapter for r in reqs]
+        logits = None
+        for begin in range(0, width, step):
+            stop = min(width, begin + step)
+            logits = self._forward(
+                adapters,
+                input_ids=ids[:, begin:stop],
+                attention_mask=mask[:, :stop],
+                position_ids=positions[:, begin:stop],
+                cache=view.cache,
+            )
+            view.advance(stop - begin)
+            self.forward_log.append(("prefill", len(reqs)))
+        return logits
 
     def _within_limit(self, reqs: list[GenerationRequest]) -> list[GenerationRequest]:
         """Fail the requests that could outgrow ``max_len``; return the others."""
@@ -388,9 +431,9 @@ class GenerationEngine:
 
     # ------------------------------------------------------------------ batch bookkeeping
 
-    def _merge(self, rows: list[_Row], cache: DynamicCache, mask: torch.Tensor) -> None:
-        """Append freshly prefilled ``rows`` to the running batch, left-padding the shorter side."""
-        self.kv.admit([(layer.keys, layer.values) for layer in cache.layers])
+    def _merge(self, rows: list[_Row], mask: torch.Tensor) -> None:
+        """Append freshly prefilled ``rows`` (already in the KV buffer) to the running batch,
+        left-padding the shorter side's attention mask."""
         if not self._rows:
             self._rows, self._mask = rows, mask
             return
@@ -448,6 +491,26 @@ class GenerationEngine:
         for _, fut in commands:
             if fut.set_running_or_notify_cancel():
                 fut.set_exception(err)
+
+
+def _left_aligned_mask(lengths: list[int], width: int, device: torch.device) -> torch.Tensor:
+    """Attention mask of prompts of ``lengths`` left-padded to ``width``: 1 on each one's tokens."""
+    lengths_t = torch.tensor(lengths, dtype=torch.long).unsqueeze(1)
+    mask = (torch.arange(width).unsqueeze(0) >= width - lengths_t).to(torch.long)
+    return mask.to(device)
+
+
+def _layer_count(model: Any) -> int | None:
+    """How many layers hold keys and values: what a ``DynamicCache`` for the model's config
+    prepares, else ``num_hidden_layers``."""
+    config = getattr(model, "config", None)
+    if config is None:
+        return None
+    try:
+        layers = len(DynamicCache(config=config).layers)
+    except Exception:  # a config the cache cannot read: fall back to the plain count
+        layers = 0
+    return layers or getattr(config, "num_hidden_layers", None)
 
 
 def _lpad(t: torch.Tensor, width: int, dim: int = -2) -> torch.Tensor:

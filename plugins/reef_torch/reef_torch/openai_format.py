@@ -25,6 +25,23 @@ def invalid(message: str, param: str | None = None) -> RuntimeCallError:
     return RuntimeCallError(message, status=400, body=body)
 
 
+def prompt_too_long(tokens: int, limit: int, model: str, configured: bool = False) -> RuntimeCallError:
+    """The 400 for a prompt that leaves no room for an answer in the context.
+
+    Refused, never truncated: what the model would answer to a conversation cut by a rule of ours
+    is not an answer to what the client sent, and the record would hold a prompt the client never
+    saw. The message starts as Anthropic's does ("prompt is too long: N tokens > M maximum") and
+    the body carries OpenAI's ``context_length_exceeded`` code, so agents that compact their
+    conversation when the provider says so do it here too.
+    """
+    where = ("runtime.max_context_tokens" if configured else f"{model}'s context")
+    message = (f"prompt is too long: {tokens} tokens > {limit - 1} maximum ({where} is {limit} tokens, the prompt "
+               "and at least one answer token). Shorten or compact the conversation.")
+    body = {"error": {"message": message, "type": "invalid_request_error", "param": "messages",
+                      "code": "context_length_exceeded"}}
+    return RuntimeCallError(message, status=400, body=body)
+
+
 @dataclass
 class ChatParams:
     messages: list[dict[str, Any]]

@@ -39,6 +39,7 @@ from .openai_format import (
     invalid,
     new_completion_id,
     parse_chat_request,
+    prompt_too_long,
     token_logprobs,
 )
 
@@ -70,6 +71,9 @@ class LocalRuntime(Runtime):
         max_batch_size: most sequences decoded together.
         batch_window_ms: how long an idle engine waits for more requests to batch.
         max_new_tokens_default: completion length when the request sets no max_tokens.
+        max_context_tokens: most tokens (prompt and completion) of one conversation; empty for the
+            model's context (``max_position_embeddings``). A longer prompt is refused with a 400.
+        prefill_chunk_tokens: most prompt tokens (padding included) one prefill forward takes.
 
     ``call.extras`` after a call: ``prompt_token_ids``, ``response_token_ids`` (every sampled
     token, including the final end-of-turn token), ``logprobs`` (one per response token; see
@@ -91,9 +95,16 @@ class LocalRuntime(Runtime):
         max_batch_size: int = 8,
         batch_window_ms: float = 8.0,
         max_new_tokens_default: int = 256,
+        max_context_tokens: int | None = None,
+        prefill_chunk_tokens: int = 512,
     ):
         if int(max_batch_size) < 1:
             raise ValueError("runtime.max_batch_size must be at least 1.")
+        if max_context_tokens is not None and int(max_context_tokens) < 2:
+            raise ValueError("runtime.max_context_tokens must be at least 2 (a prompt token and an answer token), "
+                             "or empty for the model's context.")
+        if int(prefill_chunk_tokens) < 1:
+            raise ValueError("runtime.prefill_chunk_tokens must be at least 1.")
         self.model_option = model
         self.cache_dir = cache_dir
         self.device = device
@@ -101,6 +112,10 @@ class LocalRuntime(Runtime):
         self.max_batch_size = int(max_batch_size)
         self.batch_window_ms = float(batch_window_ms)
         self.max_new_tokens_default = int(max_new_tokens_default)
+        self.max_context_tokens = int(max_context_tokens) if max_context_tokens is not None else None
+        self.prefill_chunk_tokens = int(prefill_chunk_tokens)
+        #: the most tokens of one conversation, once started (the model's context, or max_context_tokens)
+        self.context_tokens: int | None = None
         self.adapters = AdapterTable()
         self.loaded = None  # reef_torch.model_loading.LoadedModel once started
         self.engine = None  # reef_torch.engine.GenerationEngine once started
@@ -120,11 +135,14 @@ class LocalRuntime(Runtime):
             from .engine import GenerationEngine
 
             self.loaded = loaded
+            self.context_tokens = context_limit(loaded.model, self.max_context_tokens)
             self.engine = GenerationEngine(
                 loaded.model,
                 loaded.tokenizer,
                 max_batch_size=self.max_batch_size,
                 batch_window_ms=self.batch_window_ms,
+                max_len=self.context_tokens,
+                prefill_chunk_tokens=self.prefill_chunk_tokens,
             )
 
     def _load(self):
@@ -313,12 +331,9 @@ class LocalRuntime(Runtime):
         await self.start()
         params = parse_chat_request(call.body)
         prompt_ids = self._prompt_ids(params)
-        limit = self._context_limit()
+        limit = self.context_tokens
         if len(prompt_ids) >= limit:
-            raise invalid(
-                f"The prompt is {len(prompt_ids)} tokens; this model's context is {limit}. Shorten the conversation.",
-                "messages",
-            )
+            raise prompt_too_long(len(prompt_ids), limit, self.model_id, configured=limit == self.max_context_tokens)
         max_new = min(params.max_tokens or self.max_new_tokens_default, limit - len(prompt_ids))
         version = await self._hold_version(call)
         loop = asyncio.get_running_loop()
@@ -403,10 +418,6 @@ class LocalRuntime(Runtime):
             raise invalid(f"The chat template could not render these messages: {exc}", "messages") from exc
         return tok(text, add_special_tokens=False)["input_ids"]
 
-    def _context_limit(self) -> int:
-        cfg = self.engine.model.config
-        return int(getattr(cfg, "max_position_embeddings", None) or 4096)
-
     def _fill_extras(self, call: InferenceCall, handle, result) -> None:
         call.extras.update(
             {
@@ -419,6 +430,13 @@ class LocalRuntime(Runtime):
         )
         if result.top_logprobs is not None:
             call.extras["top_logprobs"] = result.top_logprobs
+
+
+def context_limit(model, configured: int | None) -> int:
+    """The most tokens (prompt and completion) one conversation may hold: the model's context
+    (``max_position_embeddings``, else 4096), or ``runtime.max_context_tokens`` when lower."""
+    context = int(getattr(model.config, "max_position_embeddings", None) or 4096)
+    return min(context, configured) if configured else context
 
 
 def _as_call_error(exc: BaseException) -> RuntimeCallError:

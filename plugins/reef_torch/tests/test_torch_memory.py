@@ -148,7 +148,7 @@ async def runtime(tiny_model_dir):
     rt = LocalRuntime(model=str(tiny_model_dir), device="cpu", max_batch_size=3, batch_window_ms=5)
     await rt.start()
     # small chunks so a few short requests exercise growth, compaction and release
-    rt.engine.kv = KVBuffer(rt.max_batch_size, rt.engine.kv.max_len, chunk=4, keep_len=32)
+    rt.engine.kv = KVBuffer(rt.max_batch_size, rt.engine.kv.max_len, chunk=4, keep_len=32, layers=rt.engine.kv.layers)
     yield rt
     await rt.aclose()
 
@@ -218,7 +218,7 @@ async def _idle(engine) -> None:
 async def test_request_beyond_the_engine_limit_is_refused_clearly(runtime):
     """An engine bounded below the model's context refuses, by name, a request that could outgrow
     it, and serves the others; the buffer never passes the bound."""
-    runtime.engine.kv = KVBuffer(runtime.max_batch_size, 40, chunk=4)
+    runtime.engine.kv = KVBuffer(runtime.max_batch_size, 40, chunk=4, layers=runtime.engine.kv.layers)
     short = await _greedy(runtime, "hi", 4)
     assert isinstance(short, str)
     with pytest.raises(RuntimeCallError, match="limit"):
