@@ -132,6 +132,37 @@ async def test_concurrent_long_and_short_prompts_match_their_solo_answers(runtim
         assert got == pytest.approx(want, abs=1e-4)
 
 
+@pytest.fixture(scope="module")
+def looped_runtime(tiny_model_dir):
+    """A runtime on its own event loop, for property-based tests (function-scoped fixtures and
+    hypothesis do not mix)."""
+    loop = asyncio.new_event_loop()
+    rt = LocalRuntime(model=str(tiny_model_dir), device="cpu", max_batch_size=4, batch_window_ms=30)
+    loop.run_until_complete(rt.start())
+    yield rt, loop
+    loop.run_until_complete(rt.aclose())
+    loop.close()
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lengths=st.lists(st.integers(min_value=1, max_value=160), min_size=1, max_size=4),
+       chunk=st.integers(min_value=3, max_value=200))
+def test_any_chunk_size_and_mix_of_prompts_gives_the_one_forward_answers(looped_runtime, lengths, chunk):
+    rt, loop = looped_runtime
+    texts = [LONG[:n] for n in lengths]
+    rt.engine.prefill_chunk_tokens = 10_000
+    solo = [loop.run_until_complete(_answer(rt, t, 4)) for t in texts]
+    rt.engine.prefill_chunk_tokens = chunk
+
+    async def together():
+        return await asyncio.gather(*(_answer(rt, t, 4) for t in texts))
+
+    got = loop.run_until_complete(together())
+    assert [g[0] for g in got] == [s[0] for s in solo]
+    for (_, lp), (_, want) in zip(got, solo):
+        assert lp == pytest.approx(want, abs=1e-4)
+
+
 @pytest.mark.asyncio
 async def test_every_forward_computes_logits_for_the_last_position_only(runtime):
     """Prefill (batched, chunked) and decode ask the model for one position's logits: over a whole
