@@ -9,10 +9,18 @@ Not a test: it prints numbers, in one run, against these targets:
    and the number of failed requests during it (target 0);
 4. (with ``--rss-requests N``) resident memory over N short requests at concurrency 8: RSS
    idle, after a warm-up (the plateau), every ``--rss-every`` requests and at the end, the
-   final/plateau ratio (target ≤ 1.3×) and the process's peak (VmHWM).
+   final/plateau ratio (target ≤ 1.3×) and the process's peak (VmHWM);
+5. (with ``--long``, on its own) agent-sized prompts through a real ``reef serve runtime=local``
+   (``/v1/messages``, as Claude Code sends them): the server process's peak RSS for one prompt
+   of the largest size the model's context takes (``--long-tokens``; targets ≤ 1.5 GB) and for
+   ``--concurrent`` of them at once (≤ 3 GB), then the same for prompts past the context
+   (``--over-tokens``, 12k by default), which must be refused with a 400 naming the limit.
+   With ``--baseline DIR`` (a source tree of another commit, e.g. ``git archive REV | tar -x
+   -C DIR``) the same cases run on a server from that tree first, side by side.
 
 Usage:  HF_HUB_OFFLINE=1 python bench/local_runtime.py [--tokens 64] [--rounds 3]
         HF_HUB_OFFLINE=1 python bench/local_runtime.py --rss-requests 1000 --rss-only
+        HF_HUB_OFFLINE=1 python bench/local_runtime.py --long [--baseline DIR] [--model DIR]
 """
 
 from __future__ import annotations
@@ -239,6 +247,142 @@ async def main(tokens: int, rounds: int, rss_requests: int = 0, rss_only: bool =
     await rt.aclose()
 
 
+# ---------------------------------------------------------------------------- 5. agent-sized prompts
+
+LONG_TARGET_MB = {1: 1536, 4: 3072}  # the issue's targets: one prompt, four at once
+_UNIT = ("Tool `{i}`: reads a file of the project and returns its lines with numbers; arguments: path "
+         "(string, required), offset (integer), limit (integer). Use it before editing code. "
+         "def handler_{i}(request, context):\n    return {{'status': 200, 'items': [x * {i} for x in range(8)]}}\n")
+
+
+def tree_env(tree: Path, token: str) -> dict[str, str]:
+    """The environment of a ``reef serve`` that imports Reef and its plugins from ``tree``."""
+    paths = [tree, *sorted(tree.glob("reef_recipe_*")), *sorted((tree / "plugins").glob("*"))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in paths if p.is_dir()), "REEF_TOKEN": token,
+            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def agent_body(tok, model_id: str, tokens: int, max_tokens: int) -> dict:
+    """A Claude-Code-like Messages body (a long system prompt of tool documentation and code, a
+    short user turn) whose prompt, rendered by the model's chat template, is ``tokens`` tokens."""
+    user = "Fix the failing test in handler_7 and explain the change."
+
+    def rendered(system: str) -> int:
+        msgs = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        return len(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=False))
+
+    text = "".join(_UNIT.format(i=i) for i in range(tokens // 20 + 10))
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    keep = tokens - (rendered("") - 1)
+    for _ in range(8):  # decode/encode round trips shift the count by a few tokens: settle it
+        system = tok.decode(ids[:keep])
+        miss = tokens - rendered(system)
+        if miss == 0:
+            break
+        keep += miss
+    return {"model": model_id, "max_tokens": max_tokens, "temperature": 0, "system": system,
+            "messages": [{"role": "user", "content": user}]}
+
+
+def post_messages(port: int, token: str, body: dict) -> tuple[int, dict]:
+    import json
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/messages", data=json.dumps(body).encode(), method="POST",
+                                 headers={"content-type": "application/json", "x-api-key": token,
+                                          "anthropic-version": "2023-06-01"})
+    try:
+        with urllib.request.urlopen(req, timeout=3600) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"{}")
+
+
+def reset_peak(pid: int) -> None:
+    """Start a fresh VmHWM for ``pid`` (Linux: writing 5 to clear_refs resets the peak RSS)."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
+def long_case(pid: int, port: int, token: str, body: dict, n: int) -> dict:
+    """``n`` copies of ``body`` at once; the server's peak RSS over them, its RSS right after and 3 s later."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    time.sleep(1.0)
+    reset_peak(pid)
+    start = time.perf_counter()
+    with ThreadPoolExecutor(n) as pool:
+        answers = list(pool.map(lambda _: post_messages(port, token, body), range(n)))
+    elapsed = time.perf_counter() - start
+    after = status_memory(pid)
+    time.sleep(3.0)
+    statuses = sorted({status for status, _ in answers})
+    first = answers[0][1]
+    note = (first.get("error", {}).get("message", "") if answers[0][0] != 200
+            else f"{first.get('usage', {}).get('input_tokens')} prompt tokens")
+    return {"statuses": statuses, "peak": after["VmHWM"], "after": after["VmRSS"], "idle": status_memory(pid)["VmRSS"],
+            "seconds": elapsed, "note": note}
+
+
+def long_server(tree: Path, model: Path, tmp: Path, name: str, token: str):
+    import subprocess
+
+    from proxy_overhead import check_source, free_port, wait_http
+
+    env = tree_env(tree, token)
+    check_source(env, tmp, tree)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", "from reef_core.cli import main; main()", "serve", "runtime=local",
+                             f"runtime.model={model}", "runtime.device=cpu", f"server.port={port}",
+                             f"server.state_dir={tmp / name}", "server.log_level=warning"], env=env, cwd=tmp)
+    if not wait_http(port, "/readyz", proc, timeout=600):
+        proc.kill()
+        raise SystemExit(f"reef serve runtime=local from {tree} did not start")
+    return proc, port
+
+
+def long_prompts(model: Path, tree: Path, baseline: Path | None, long_tokens: int, over_tokens: int, concurrent: int,
+                 max_tokens: int) -> None:
+    import json
+    import urllib.request
+
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model), local_files_only=True)
+    context = json.loads((model / "config.json").read_text()).get("max_position_embeddings")
+    long_tokens = long_tokens or context - max_tokens - 8
+    trees = ([("baseline", baseline)] if baseline else []) + [("this tree", tree)]
+    token = "sk-reef-bench-" + os.urandom(8).hex()
+    cases = [(f"{n} x {t:,} tokens", t, n) for t in (long_tokens, over_tokens) for n in (1, concurrent)]
+    results: dict[str, dict[str, dict]] = {}
+    tmp = Path(tempfile.mkdtemp(prefix="reef-bench-long-"))
+    for name, tree in trees:
+        proc, port = long_server(tree, model, tmp, name.replace(" ", "-"), token)
+        try:
+            with urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/v1/models", headers={
+                    "authorization": f"Bearer {token}"})) as r:
+                model_id = json.loads(r.read())["data"][0]["id"]
+            idle = status_memory(proc.pid)["VmRSS"]
+            print(f"   {name}: {tree}, ready, RSS {mb(idle).strip()}", flush=True)
+            for label, tokens, n in cases:
+                results.setdefault(label, {})[name] = out = long_case(
+                    proc.pid, port, token, agent_body(tok, model_id, tokens, max_tokens), n)
+                print(f"   {name:10s} {label:22s} {out}", flush=True)
+        finally:
+            proc.terminate()
+            proc.wait(60)
+    print(f"\n5. agent-sized prompts through reef serve runtime=local (/v1/messages, max_tokens {max_tokens}; "
+          f"the model's context: {context} tokens)")
+    print("   peak = the server's VmHWM over the case; after = its RSS when the last answer came; idle = 3 s later")
+    for label, _, n in cases:
+        target = f" (target <= {LONG_TARGET_MB[n]} MB)" if n in LONG_TARGET_MB else ""
+        print(f"   {label}{target}")
+        for name, _ in trees:
+            r = results[label][name]
+            print(f"     {name:10s} HTTP {'/'.join(map(str, r['statuses']))}  peak {mb(r['peak'])}  after {mb(r['after'])}"
+                  f"  idle {mb(r['idle'])}  {r['seconds']:6.1f} s  {r['note'][:110]}")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=64)
@@ -249,7 +393,25 @@ if __name__ == "__main__":
     parser.add_argument("--rss-warmup", type=int, default=64, help="phase-4 requests before the plateau is read")
     parser.add_argument("--rss-every", type=int, default=100, help="print RSS every this many phase-4 requests")
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    parser.add_argument("--long", action="store_true", help="run only phase 5 (agent-sized prompts, real servers)")
+    parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1],
+                        help="phase 5: the source tree whose server is measured (default: this checkout)")
+    parser.add_argument("--baseline", type=Path, help="phase 5: also run a server from this source tree, first")
+    parser.add_argument("--model", type=Path, help="phase 5: the HF model directory served (default: the embedded "
+                        "model's converted copy in the cache)")
+    parser.add_argument("--long-tokens", type=int, default=0, help="phase 5: prompt size that fits (0: the context "
+                        "less max_tokens and a margin)")
+    parser.add_argument("--over-tokens", type=int, default=12_000, help="phase 5: prompt size past the context")
+    parser.add_argument("--concurrent", type=int, default=4, help="phase 5: prompts sent at once")
+    parser.add_argument("--long-max-tokens", type=int, default=8, help="phase 5: max_tokens of each request")
     args = parser.parse_args()
+    if args.long:
+        if args.model is None:
+            from reef_torch.model_loading import resolve_model_dir
+
+            args.model = resolve_model_dir(None)[0]
+        sys.exit(long_prompts(args.model.resolve(), args.tree.resolve(), args.baseline, args.long_tokens, args.over_tokens,
+                              args.concurrent, args.long_max_tokens))
     if args.threads > 0:
         import torch
 
