@@ -101,13 +101,20 @@ def error_response(dialect: str, status: int, message: str, *, param: str | None
                     status_code=status, media_type="application/json", headers=headers)
 
 
+def _same_error_shape(dialect: str, runtime_dialect: str) -> bool:
+    """Whether an error body of ``runtime_dialect`` reads right to a ``dialect`` client as it is:
+    the same dialect, or Chat Completions and Responses, which answer errors alike (so a code
+    such as ``context_length_exceeded``, which agents act on, reaches a Responses client)."""
+    return dialect == runtime_dialect or {dialect, runtime_dialect} <= {"openai", "responses"}
+
+
 def upstream_error_response(dialect: str, runtime_dialect: str, exc: RuntimeCallError,
                             headers: dict[str, str] | None = None) -> Response:
     """Relay a runtime error: the upstream body as is when it already speaks the client's
     dialect, otherwise the upstream message re-shaped; the upstream status either way."""
     status = exc.status if 400 <= exc.status <= 599 else 502
     body = exc.body
-    if dialect == runtime_dialect and isinstance(body, dict) and isinstance(body.get("error"), dict):
+    if _same_error_shape(dialect, runtime_dialect) and isinstance(body, dict) and isinstance(body.get("error"), dict):
         return Response(jsonfast.dumps(body), status_code=status, media_type="application/json",
                         headers=headers)
     return error_response(dialect, status, str(exc), headers=headers)

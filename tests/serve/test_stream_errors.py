@@ -154,3 +154,22 @@ async def test_stream_batches_yields_events_before_the_error(dialect, error_firs
         assert batches == []
     else:
         assert len(batches) == 1 and _streamed_text([(None, e) for e in batches[0]]) == "Hello wor"
+
+
+@pytest.mark.parametrize(("client", "runtime", "kept"), [
+    ("responses", "openai", True), ("openai", "responses", True), ("openai", "openai", True),
+    ("responses", "responses", True), ("anthropic", "openai", False), ("openai", "anthropic", False),
+])
+def test_a_runtime_error_keeps_its_code_for_a_client_that_reads_errors_alike(client, runtime, kept):
+    """Chat Completions and Responses answer errors in one shape, so the runtime's body goes
+    through whole (its ``code``, e.g. ``context_length_exceeded`` that agents compact on);
+    another dialect gets the message re-shaped."""
+    from reef_core.serve.errors import upstream_error_response
+
+    body = {"error": {"message": "prompt is too long: 12000 tokens > 8192 maximum", "type": "invalid_request_error",
+                      "param": "messages", "code": "context_length_exceeded"}}
+    answer = upstream_error_response(client, runtime, RuntimeCallError(body["error"]["message"], status=400, body=body))
+    got = json.loads(answer.body)
+    assert answer.status_code == 400
+    assert (got == body) is kept
+    assert "prompt is too long" in json.dumps(got)
