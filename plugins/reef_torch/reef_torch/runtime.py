@@ -250,6 +250,8 @@ class LocalRuntime(Runtime):
     def _unload_adapter(self, name: str) -> None:
         """Worker thread only: delete adapter ``name`` (no request holds it any more)."""
         engine = self.engine
+        if engine is None:  # closing (aclose): the requests leaving now take the model with them
+            return
         model = engine.model
         if name in getattr(model, "peft_config", {}):
             with warnings.catch_warnings():

@@ -238,3 +238,12 @@ async def test_a_release_without_an_artifact_serves_the_frozen_base(runtime, wor
     assert (out["choices"][0]["message"]["content"], c.extras["adapter"]) == (base_answer, None)
     assert await ask(runtime) == ("banana", "s@r1")
     assert runtime.serving()["s"]["release_id"] == "r1"
+
+
+def test_a_request_leaving_while_the_runtime_closes_unloads_nothing_and_raises_nothing():
+    """``aclose`` drops the engine before the last requests leave the batch; their adapters go
+    with the model, so unloading one then is a no-op (it raised on the missing engine and was
+    logged as a failed callback at every shutdown)."""
+    runtime = LocalRuntime()
+    assert runtime.engine is None
+    runtime._unload_adapter("bench@rel_gone")  # no AttributeError
