@@ -9,17 +9,28 @@ import os
 import re
 import subprocess
 import sys
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rich.console import Console
 
 from reef_core.cli import main
-from reef_core.demo.plot import learning_curve
+from reef_core.demo.plot import draw_curve, learning_curve
 from reef_core.demo.preference import PREFERENCE
 from reef_core.demo.progress import LineProgress, LiveProgress, Turn, demo_progress
 from reef_core.demo.questions import QUESTIONS, deal
-from reef_core.demo.run import DemoResult, Plan, recipe_config, run_demo, server_config, summary_panel
+from reef_core.demo.run import (
+    DemoResult,
+    Plan,
+    published_releases,
+    recipe_config,
+    run_demo,
+    server_config,
+    summary_panel,
+)
 
 
 def test_questions_are_dealt_disjoint():
@@ -81,6 +92,44 @@ def test_learning_curve_is_a_png(tmp_path):
     pytest.importorskip("matplotlib")
     path = learning_curve(_result(), tmp_path / "curve.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _release_marks(fig) -> tuple[list[float], list[tuple[str, float]]]:
+    """(x of each vertical release line, (text, x) of each release label) of the curve's axes."""
+    [ax] = fig.axes
+    lines = [ln.get_xdata()[0] for ln in ax.get_lines() if (ln.get_gid() or "").startswith("release-")]
+    labels = [(t.get_text(), t.xy[0]) for t in ax.texts if (t.get_gid() or "").startswith("release-")]
+    return lines, labels
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=40), max_size=4))
+def test_the_curve_marks_each_published_release_with_a_line_and_a_label(at):
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    releases = [{"release_id": f"rel_{i}", "reports": x, "summary": "add 1 rule(s)"} for i, x in enumerate(at)]
+    fig = draw_curve(_result(releases=releases))
+    try:
+        lines, labels = _release_marks(fig)
+        assert lines == at
+        assert labels == [(f"release {i} published", x) for i, x in enumerate(at, start=1)]
+    finally:
+        plt.close(fig)
+
+
+def test_a_release_is_placed_at_the_reports_sent_before_it_was_decided():
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    posted = [(t0, 0), (t0 + timedelta(seconds=10), 3), (t0 + timedelta(seconds=20), 6)]
+
+    def cand(status, seconds, rid):
+        return {"status": status, "release_id": rid, "summary": rid,
+                "decided_at": (t0 + timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")}
+
+    candidates = [cand("published", 25, "rel_b"), cand("rejected", 12, None), cand("published", 15, "rel_a"),
+                  {"status": "evaluating", "release_id": None, "decided_at": None}]
+    assert [(r["release_id"], r["reports"]) for r in published_releases(candidates, posted)] == \
+        [("rel_a", 3), ("rel_b", 6)]
 
 
 class _Clock:

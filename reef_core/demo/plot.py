@@ -18,10 +18,11 @@ def matplotlib_missing() -> str | None:
     return None
 
 
-def learning_curve(result: Any, path: Path) -> Path:
-    """Each round's mean score of the users' answers against the reports sent so far, the first
-    round a new release answered marked; the held-out score before (at 0) and after (past the
-    last report)."""
+def draw_curve(result: Any) -> Any:
+    """The learning curve's matplotlib figure: each round's mean score of the users' answers
+    against the reports sent so far; a vertical line and a label at each release published
+    (``result.releases``: the reports sent when it was seen published); the held-out score
+    before (at 0) and after (past the last report)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -31,12 +32,11 @@ def learning_curve(result: Any, path: Path) -> Path:
     ys = [p["score"] for p in result.curve]
     fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=120)
     ax.plot(xs, ys, marker="o", color="#1f77b4", label="users' score per round (traffic)")
-    last = None
-    for p in result.curve:
-        if p["serving"] and p["serving"] != last:
-            ax.axvline(p["reports"], color="#2ca02c", linestyle=":", linewidth=1.2)
-            ax.annotate("a new release answers", (p["reports"], 1.04), fontsize=8, color="#2ca02c", ha="center")
-        last = p["serving"]
+    for i, release in enumerate(result.releases, start=1):
+        ax.axvline(release["reports"], color="#2ca02c", linestyle="--", linewidth=1.2, gid=f"release-{i}")
+        # labels of releases published close together step down instead of overlapping
+        ax.annotate(f"release {i} published", (release["reports"], 1.08 - 0.07 * ((i - 1) % 3)), fontsize=8,
+                    color="#2ca02c", ha="center", gid=f"release-{i}-label")
     end = (xs[-1] if xs else 0) + 1
     ax.plot([0], [result.before], marker="s", markersize=9, linestyle="none", color="#d62728",
             label=f"held-out, before learning: {result.before:.2f}")
@@ -50,6 +50,14 @@ def learning_curve(result: Any, path: Path) -> Path:
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
+    return fig
+
+
+def learning_curve(result: Any, path: Path) -> Path:
+    """``draw_curve``'s figure, saved as a PNG at ``path``."""
+    fig = draw_curve(result)
+    import matplotlib.pyplot as plt  # after draw_curve chose the Agg backend
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)

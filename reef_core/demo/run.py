@@ -97,6 +97,9 @@ class DemoResult:
     seconds: float
     dashboard: str
     png: str | None = None
+    #: each release published in the run, in order: {"release_id", "reports" (sent when it was
+    #: published, at the round's grain), "summary"}; the curve marks each
+    releases: list[dict[str, Any]] = field(default_factory=list)
     heldout_before: list[dict[str, Any]] = field(default_factory=list)
     heldout_after: list[dict[str, Any]] = field(default_factory=list)
 
@@ -120,6 +123,19 @@ def _scores(server: DemoServer, preference: Preference, questions: list[str], po
     return rows
 
 
+def published_releases(candidates: list[dict[str, Any]], posted: list[tuple[datetime, int]]) -> list[dict[str, Any]]:
+    """The published ``candidates`` in the order they were decided, each with the reports sent
+    when it was: the last round whose reports were all posted (``posted``: (when, reports sent
+    so far), in order) before its ``decided_at``."""
+    out = []
+    for c in sorted((c for c in candidates if c.get("status") == "published" and c.get("decided_at")),
+                    key=lambda c: c["decided_at"]):
+        decided = datetime.fromisoformat(c["decided_at"].replace("Z", "+00:00"))
+        sent = max((n for when, n in posted if when <= decided), default=0)
+        out.append({"release_id": c.get("release_id"), "reports": sent, "summary": c.get("summary") or ""})
+    return out
+
+
 def _mean(rows: list[dict[str, Any]]) -> float:
     return sum(r["score"] for r in rows) / len(rows) if rows else 0.0
 
@@ -135,6 +151,7 @@ def run_demo(*, recipe: str, plan: Plan, port: int, out: Path, console: Console,
     progress = demo_progress(console)
     users = [f"user-{i + 1}" for i in range(plan.users)]
     curve: list[dict[str, Any]] = []
+    posted: list[tuple[datetime, int]] = [(datetime.now(timezone.utc), 0)]
     ok = False
     try:
         with progress:
@@ -156,6 +173,7 @@ def run_demo(*, recipe: str, plan: Plan, port: int, out: Path, console: Console,
                 for r in range(plan.rounds):
                     chunk = qs.traffic[r * plan.users:(r + 1) * plan.users]
                     turns = list(pool.map(turn, users, chunk))
+                    posted.append((datetime.now(timezone.utc), (r + 1) * plan.users))
                     progress.round_done(r + 1, plan.rounds, turns)
                     progress.observe(server.loop_state(), server.candidates())
                     curve.append({"round": r + 1, "reports": (r + 1) * plan.users,
@@ -185,7 +203,8 @@ def run_demo(*, recipe: str, plan: Plan, port: int, out: Path, console: Console,
             rejected=counts.get("rejected", 0),
             other_candidates={s: n for s, n in counts.items() if s not in ("published", "rejected")},
             learnt=learnt, curve=curve, settled=settled, seconds=time.monotonic() - start,
-            dashboard=f"{server.url}/ui", heldout_before=before, heldout_after=after)
+            dashboard=f"{server.url}/ui", heldout_before=before, heldout_after=after,
+            releases=published_releases(candidates, posted))
         ok = True
         return result, server
     except BaseException:
