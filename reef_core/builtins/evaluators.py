@@ -23,6 +23,7 @@ from ..commit.sequential import (
     gather,
     look_outcome,
     look_reason,
+    never_selects,
     observed_spread,
     selection_problem,
 )
@@ -191,6 +192,11 @@ class TaskSuiteEvaluator(Evaluator):
                              "candidate's batch")
         greedy = _greedy(params)
         rounds = self.planned_rounds(len(tasks), repeats, greedy)
+        if self.traffic_tasks and never_selects(len(tasks), self.rule, self.margin, self.alpha, rounds):
+            # the traffic held too few tasks for this gate ever to select: spend no episode on it
+            # (fail-closed; the batch returns to the pool and a later draw may find more)
+            raise ValueError(f"{len(drawn)} gate task(s) from the scenario's graded traffic and {len(self.tasks)} "
+                             f"configured: {selection_problem(len(tasks), self.rule, self.margin, self.alpha, rounds)}")
         side = ActiveRelease(scenario=candidate.scenario, release_id=f"candidate:{candidate.id}",
                              path=candidate.artifact_dir)
         done: list[PairedResult] = []

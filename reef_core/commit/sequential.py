@@ -325,6 +325,17 @@ class Sensitivity:
                                 "sd_within": round(self.spread.within, 4), "sd_source": self.spread.source}}
 
 
+def never_selects(n_tasks: int, rule: str, margin: float, alpha: float, rounds: int) -> bool:
+    """Whether ``n_tasks`` tasks can never select under ``rule``, whatever the episodes score
+    (``sign``: fewer tasks than its p-value needs; ``wins_minus_losses``: not more than
+    ``margin``; none at all). The bootstrap selects tasks that all improve alike at any size."""
+    if n_tasks < 1:
+        return True
+    if rule == "sign":
+        return 2.0 ** -n_tasks > max(look_alphas(alpha, rounds))
+    return rule == "wins_minus_losses" and n_tasks <= margin
+
+
 def selection_problem(n_tasks: int, rule: str, margin: float, alpha: float, rounds: int) -> str | None:
     """Why a suite of ``n_tasks`` tasks can never select under ``rule`` (or only when every
     task improves alike), or None. ``rounds``: the planned looks, whose largest alpha counts.

@@ -6,7 +6,11 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from reef_core.commit.sequential import look_alphas, never_selects
+from reef_core.commit.stats import sign_test
 from reef_core.commit.tasks import BUILTIN_GRADERS, normalize_prompt
 from reef_core.commit.traffic import MAX_PATTERN_CHARS, conversation, grading_of, traffic_tasks
 from reef_core.testing import FakeUpstream, ReefServer
@@ -64,6 +68,43 @@ def test_no_task_at_all_is_an_error_not_a_pass(tmp_path):
             result = client.post("/reef/scenarios/default/grow").json()
             assert result["outcome"] == "error" and "no gate task" in result["reason"]
             assert client.get("/reef/scenarios/default/releases").json()["releases"] == []
+
+
+@pytest.mark.parametrize(("rule", "margin"), [("sign", 0.0), ("wins_minus_losses", 2)])
+def test_too_few_traffic_tasks_to_ever_select_spend_no_episode(tmp_path, rule, margin):
+    config = feedback_rules_config(batch_size=1, loop_enabled=False, evaluator={
+        "name": "task_suite", "tasks": [], "traffic_tasks": 20, "rule": rule, "margin": margin,
+        "params": {"temperature": 0}, "timeout_s": 60})
+    with FakeUpstream("openai", capital_model) as up:
+        with ReefServer(tmp_path, settings=settings_for(tmp_path, up, config)) as server:
+            client = server.client()
+            receipt = ask(client, "What is the capital of Italy?").headers["x-reef-agent-record-id"]
+            _post_report(client, receipt, 0.0, {"pattern": "Rome"}, feedback=GOOD_FEEDBACK)
+            for country, capital in (("France", "Paris"), ("Japan", "Tokyo")):  # two tasks: never enough
+                receipt = ask(client, f"What is the capital of {country}?").headers["x-reef-agent-record-id"]
+                _post_report(client, receipt, 1.0, {"pattern": capital})
+            asked = len(up.requests)
+            result = client.post("/reef/scenarios/default/grow").json()
+            assert result["outcome"] == "error" and "2 gate task(s) from the scenario's graded traffic" in result["reason"]
+            assert "never" in result["reason"] and len(up.requests) == asked  # no episode ran
+            assert client.get("/reef/scenarios/default/releases").json()["releases"] == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(0, 12), rule=st.sampled_from(["sign", "wins_minus_losses", "bootstrap"]),
+       margin=st.sampled_from([0.0, 1, 3]), rounds=st.integers(1, 4))
+def test_never_selects_agrees_with_what_the_rule_decides_when_every_task_improves(n, rule, margin, rounds):
+    """A suite ``never_selects`` calls hopeless does not select even with every task 0 → 1;
+    one it does not call so selects then (the best case every rule is judged by)."""
+    alpha = 0.025
+    best = max(look_alphas(alpha, rounds)) if rule in ("sign", "bootstrap") else alpha
+    if rule == "sign":
+        selects = n >= 1 and sign_test(n, 0) <= best
+    elif rule == "wins_minus_losses":
+        selects = n > margin
+    else:
+        selects = n >= 1
+    assert never_selects(n, rule, margin, alpha, rounds) is (not selects)
 
 
 def test_what_a_report_says_its_grader_needs():
