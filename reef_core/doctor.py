@@ -24,6 +24,8 @@ from typing import Any
 
 import httpx
 
+from .grow.explain import gate_needs
+
 #: free bytes in the state directory below which the check fails, and below which it warns
 DISK_FAIL_BYTES = 200 * 1024**2
 DISK_WARN_BYTES = 2 * 1024**3
@@ -267,6 +269,10 @@ def _gate(scenario: str, name: str, evaluator: Any) -> Check:
     detail = f"{name}: {sensitivity.sentence()}"
     if getattr(evaluator, "traffic_tasks", 0):
         detail += f" (counting the {evaluator.traffic_tasks} traffic task(s) asked for, which the traffic may not hold)"
+    needs = gate_needs(evaluator)
+    if needs:  # before its power: without tasks it decides nothing at all
+        head, _, fix = needs.partition(" Fastest: ")
+        return Check(label, "warn", f"{name}: {head} {sensitivity.sentence()}", fix and f"fastest: {fix}")
     if sensitivity.effect > GATE_TARGET:
         need = sensitivity.tasks_for(GATE_TARGET)
         return Check(label, "warn", f"{detail}; it cannot detect an improvement of less than {GATE_TARGET:g}",

@@ -52,6 +52,24 @@ def _by_name(checks: list[doctor.Check]) -> dict[str, doctor.Check]:
     return {c.name: c for c in checks}
 
 
+def test_doctor_says_when_the_gate_has_no_tasks_of_the_operators_and_the_fastest_way_to_give_it_some(tmp_path):
+    """scripts/serve's gate (evaluator=traffic) draws its tasks from graded reports only."""
+    cfg = tmp_path / "reef.yaml"
+    cfg.write_text(yaml.safe_dump({"loop": {"enabled": False},
+                                   "scenarios": {"mine": {"evaluator_options": {"tasks": _tasks(30)}}}}))
+    with FakeUpstream("openai") as up:
+        result = CliRunner().invoke(main, ["doctor", "--json", "-c", str(cfg), "recipe=feedback_rules",
+                                           "evaluator=traffic", f"server.state_dir={tmp_path / 'state'}",
+                                           f"runtime.upstream_url={up.url}"])
+    assert result.exit_code == 0, result.output  # a warning: reef serve runs, and publishes nothing without tasks
+    checks = {c["name"]: c for c in _json(result.output)}
+    gate = checks["gate default"]
+    assert gate["status"] == "warn" and "the gate has no tasks of yours" in gate["detail"]
+    assert "metadata carries `pattern`" in gate["detail"] and "publishes nothing while there are none" in gate["detail"]
+    assert gate["fix"].startswith("fastest: post reports with metadata.pattern") and "evaluator.tasks=" in gate["fix"]
+    assert "no tasks of yours" not in checks["gate mine"]["detail"]  # its tasks are the operator's
+
+
 def test_doctor_fails_on_an_unreachable_upstream_and_says_what_to_do(tmp_path):
     result = _cli(tmp_path, "doctor")
     assert result.exit_code == 1

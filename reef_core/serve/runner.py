@@ -23,6 +23,7 @@ import uvicorn
 from ..compose import build_reef
 from ..config import Settings
 from ..errors import ConfigError, ReefError, StartupError
+from ..grow.explain import startup_notes
 from ..kernel import Reef
 from ..plugins import Plugins
 from ..served_config import connect_url
@@ -219,6 +220,8 @@ class _KernelFirstServer(uvicorn.Server):
         tune_for_serving(self.reef.settings.server.gc_young_threshold)
         if self.warning:
             log.warning("%s", self.warning)
+        for level, line in startup_notes(self.reef):  # what learns, from what, and how to change it
+            log.log(level, "%s", line)
         try:
             await super().serve(sockets)
         finally:

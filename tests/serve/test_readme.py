@@ -18,7 +18,8 @@ from reef_core.testing import ReefServer, reef_settings
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 TEXT = README.read_text()
-SNIPPETS = re.findall(r"```python\n(.*?)```", TEXT, re.S)
+#: the SDK snippets: the Python blocks before "Teach it" (tests/serve/test_main_command_learns.py runs those)
+SNIPPETS = re.findall(r"```python\n(.*?)```", TEXT.split("\n### Teach it\n", 1)[0], re.S)
 EMBEDDED = "SmolLM2-135M-Instruct"
 
 
@@ -55,8 +56,10 @@ def test_readme_alias_example_is_valid_config(tmp_path):
     argv = shlex.split(commands[0])
     assert argv[0] == "scripts/serve"
     pytest.importorskip("reef_torch")
-    # scripts/serve is `reef serve runtime=local`; building the runtime loads no model
-    reef = Reef(reef_settings(tmp_path, ["runtime=local", *argv[1:]]), get_plugins())  # checks the alias targets
+    # scripts/serve's own overrides (its `exec .venv/bin/reef serve ... "$@"`); building the runtime loads no model
+    serve = next(ln for ln in (README.parent / "scripts" / "serve").read_text().splitlines() if ln.startswith("exec "))
+    serve_overrides = shlex.split(serve)[3:-1]
+    reef = Reef(reef_settings(tmp_path, [*serve_overrides, *argv[1:]]), get_plugins())  # checks the alias targets
     try:
         assert reef.model_aliases == {"gpt-4o-mini": EMBEDDED, "claude-haiku-4-5": EMBEDDED}
         assert reef.resolve_model({"model": "claude-haiku-4-5"})["model"] == EMBEDDED
