@@ -10,7 +10,7 @@ the configuration, reaching the state directory or the running server (``remote`
 listed or one that is not Reef's own is named.
 
 Trailing ``key=value`` arguments are Hydra overrides (``reef serve recipe=feedback_rules
-runtime.upstream_url=http://...``). Errors are one line on stderr with exit code 2 for
+evaluator=traffic runtime.upstream_url=http://...``). Errors are one line on stderr with exit code 2 for
 configuration and plugin problems (a config other than the one the state directory was last
 served with among them, ``reef_core.served_config``), 1 for the rest.
 """

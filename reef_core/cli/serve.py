@@ -2,7 +2,7 @@
 run with.
 
 Trailing ``key=value`` arguments are Hydra overrides (``reef serve recipe=feedback_rules
-runtime.upstream_url=http://...``).
+evaluator=traffic runtime.upstream_url=http://...``).
 """
 
 from __future__ import annotations
