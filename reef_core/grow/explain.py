@@ -29,7 +29,7 @@ def _first_sentence(text: str | None) -> str:
 def learning_line(plan: Any, *, mode: str, loop_enabled: bool = True) -> str:
     """One line: what ``plan`` (a ``ScenarioPlan``) learns, from what, and how to change it."""
     scenario = plan.scenario
-    if plan.recipe.update_target == "none" or plan.recipe_name == "basic":
+    if plan.recipe.update_target == "none":
         return (f"learning off: recipe {plan.recipe_name} records every request and report and learns nothing; "
                 f"to learn from reports with feedback, serve with {LEARNING_ON} (scripts/serve does)")
     what = _first_sentence(type(plan.recipe).__doc__) or f"learns the {plan.recipe.update_target}"

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from reef_core.grow.explain import gate_needs, startup_notes
+from reef_core.builtins.feedback_rules import FeedbackRulesRecipe
+from reef_core.grow.explain import gate_needs, learning_line, startup_notes
 from reef_core.testing import FakeUpstream, ReefServer, system_prompt
 from reef_core.testing.replies import last_user_text
 
@@ -116,3 +117,19 @@ def test_the_gate_needs_tasks_only_when_none_are_the_operators(tasks, traffic, n
     from reef_core.builtins.evaluators import TaskSuiteEvaluator
 
     assert (gate_needs(TaskSuiteEvaluator(tasks=tasks, traffic_tasks=traffic)) is not None) is needs
+
+
+@pytest.mark.parametrize("loop_enabled", [True, False])
+@pytest.mark.parametrize("mode", ["auto", "manual", "paused", "record_only"])
+def test_the_line_says_whether_each_mode_learns_and_how_to_change_it(mode, loop_enabled):
+    from types import SimpleNamespace
+
+    plan = SimpleNamespace(scenario="s", recipe_name="feedback_rules", recipe=FeedbackRulesRecipe(batch_size=4),
+                           evaluator_name="task_suite")
+    line = learning_line(plan, mode=mode, loop_enabled=loop_enabled)
+    assert "\n" not in line and "a candidate every 4 eligible report(s)" in line and "gate: task_suite" in line
+    assert "textual feedback of low-scored reports" in line and "recipe=NAME evaluator=NAME" in line
+    learns = loop_enabled and mode in ("auto", "manual")
+    assert line.startswith("learning on") is learns
+    assert ("reef mode s auto" in line) is (loop_enabled and not learns)
+    assert ("reef grow" in line) is (learns and mode == "manual")
