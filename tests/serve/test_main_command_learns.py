@@ -101,6 +101,7 @@ def test_start_up_says_what_learns_and_that_the_gate_has_no_tasks_of_yours(tmp_p
     assert "a candidate every 3 eligible report(s)" in line and "gate: task_suite" in line
     assert "recipe=NAME evaluator=NAME" in line and "reef mode default record_only" in line
     assert gate_level == logging.WARNING and "no tasks of yours" in gate and "evaluator.tasks=" in gate
+    assert f"```text\n{line}\n```" in README  # the line the README shows is the one it logs
 
 
 def test_start_up_says_when_nothing_is_learnt(tmp_path):
