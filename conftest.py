@@ -1,4 +1,5 @@
-"""Repository-wide test setup: the examples' tests import them from their source trees.
+"""Repository-wide test setup: the examples' tests import them from their source trees, and
+tests that share a module's fixture run on one pytest-xdist worker.
 
 The examples are the one kind of package scripts/setup.sh does not install into .venv (see
 scripts/packages.sh), so each is put on ``sys.path`` here, as ``scripts/packages.sh --examples``
@@ -10,6 +11,8 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent
 
@@ -24,3 +27,31 @@ def package_dirs(kind: str = "--all", root: Path = ROOT) -> list[Path]:
 for example in package_dirs("--examples"):
     if str(example) not in sys.path:
         sys.path.insert(0, str(example))
+
+
+#: fixture scopes whose value a module's (or class's, package's) tests share
+SHARED_SCOPES = {"module", "class", "package"}
+
+
+def shared_fixture_group(item: pytest.Item) -> str | None:
+    """The xdist group of a test that uses a fixture shared beyond it (a module's servers, a
+    learning run, a loaded model): its module, so that ``--dist loadgroup`` sends the module's
+    tests to one worker and the fixture is set up once per run, not once per worker."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    for name in info.names_closure:
+        defs = info.name2fixturedefs.get(name)
+        if defs and defs[-1].scope in SHARED_SCOPES:
+            return "module:" + item.nodeid.split("::", 1)[0]
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give each test that shares a module-scoped fixture its module's ``xdist_group`` (a test
+    with an explicit ``xdist_group`` mark keeps it: its group is named for what it shares)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            group = shared_fixture_group(item)
+            if group is not None:
+                item.add_marker(pytest.mark.xdist_group(group))

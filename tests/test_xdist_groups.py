@@ -1,0 +1,44 @@
+"""Under pytest-xdist (scripts/test: ``--dist loadgroup``) tests that share something run on one
+worker: the tests of a module-scoped fixture get their module's ``xdist_group`` (conftest.py),
+the wheel tests the group of the wheelhouse they share, and a test that shares nothing none."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PRINTER = '''
+def pytest_collection_finish(session):
+    for item in session.items:
+        groups = [m.args[0] for m in item.iter_markers("xdist_group")]
+        print("GROUP", item.nodeid, ",".join(groups) or "-", sep="\\t")
+'''
+
+
+def _groups(tmp_path: Path, *paths: str) -> dict[str, str]:
+    """``{nodeid: its xdist groups}`` as the suite's collection gives them."""
+    (tmp_path / "print_groups.py").write_text(PRINTER)
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "-p", "print_groups", *paths], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    found = [line.split("\t") for line in proc.stdout.splitlines() if line.startswith("GROUP\t")]
+    return {nodeid: group for _, nodeid, group in found}
+
+
+def test_tests_that_share_a_fixture_or_the_wheelhouse_are_grouped(tmp_path):
+    groups = _groups(tmp_path, "tests/ui/test_pages.py", "tests/ui/test_ui_wheel.py", "tests/test_wheels.py",
+                     "tests/test_scripts.py")
+    pages = {n: g for n, g in groups.items() if n.startswith("tests/ui/test_pages.py::")}
+    # the tests of learning_run (a module fixture) share one worker; the module's others go anywhere
+    assert pages["tests/ui/test_pages.py::test_chart_points_are_the_apis_numbers"] == "module:tests/ui/test_pages.py"
+    assert set(pages.values()) == {"module:tests/ui/test_pages.py", "-"}
+    wheels = {n: g for n, g in groups.items() if "wheel" in n.split("::")[0]}
+    assert len(wheels) > 10 and set(wheels.values()) == {"wheels"}  # one group across both modules
+    scripts = {n: g for n, g in groups.items() if n.startswith("tests/test_scripts.py::")}
+    assert scripts and set(scripts.values()) == {"-"}  # function fixtures only: spread over the workers
