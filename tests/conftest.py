@@ -64,6 +64,17 @@ def fresh_pg_url(postgres_url: str) -> str:
     admin.dispose()
 
 
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory):
+    """Every wheel of the repository, built once per run (tests.wheelhouse.build_wheelhouse).
+
+    Its tests carry ``xdist_group("wheels")``: under pytest-xdist they run on one worker, which
+    builds it once."""
+    from tests.wheelhouse import build_wheelhouse
+
+    return build_wheelhouse(tmp_path_factory)
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_url(request, tmp_path) -> str:
     """The same store tests run on SQLite and on PostgreSQL."""
