@@ -1,6 +1,6 @@
-"""The setup and test scripts: apt-get waits (bounded) for a held package-manager lock, and
+"""The setup and test scripts: apt-get waits (bounded) for a held package-manager lock,
 scripts/test stops the PostgreSQL it started (on a free port) while keeping a given
-REEF_TEST_POSTGRES_URL as it is."""
+REEF_TEST_POSTGRES_URL as it is, and runs the tests on pytest-xdist workers."""
 
 from __future__ import annotations
 
@@ -78,13 +78,17 @@ def _fake_checkout(tmp_path: Path) -> Path:
     return tree
 
 
+#: the pytest-xdist options scripts/test gives by default: one worker per core
+XDIST = f"-n {len(os.sched_getaffinity(0))} --dist loadgroup"
+
+
 def test_scripts_test_keeps_a_given_postgres_url(tmp_path):
     tree, log = _fake_checkout(tmp_path), tmp_path / "log"
     env = {**os.environ, "LOG": str(log), "REEF_TEST_POSTGRES_URL": "postgresql://given"}
     result = subprocess.run([str(tree / "scripts" / "test"), "--fast", "tests/x.py"], env=env,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert log.read_text().splitlines() == ["python -m pytest -m not slow tests/x.py url=postgresql://given"]
+    assert log.read_text().splitlines() == [f"python -m pytest {XDIST} -m not slow tests/x.py url=postgresql://given"]
 
 
 def test_scripts_test_runs_its_own_postgres_without_one(tmp_path):
@@ -95,7 +99,7 @@ def test_scripts_test_runs_its_own_postgres_without_one(tmp_path):
                             text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert log.read_text().splitlines() == ["postgres.sh --run",
-                                            "python -m pytest -m not slow tests/x.py url=postgresql://own"]
+                                            f"python -m pytest {XDIST} -m not slow tests/x.py url=postgresql://own"]
 
 
 @pytest.mark.parametrize("argv, pytest_args", [
@@ -109,7 +113,23 @@ def test_scripts_test_runs_the_slow_tests_only_with_all(tmp_path, argv, pytest_a
     result = subprocess.run([str(tree / "scripts" / "test"), *argv], env=env, capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 0, result.stderr
-    assert log.read_text().splitlines() == [f"python -m pytest{pytest_args} url=postgresql://given"]
+    assert log.read_text().splitlines() == [f"python -m pytest {XDIST}{pytest_args} url=postgresql://given"]
+
+
+@pytest.mark.parametrize("workers, argv, pytest_args", [
+    (None, ["-n", "0", "tests/x.py"], f"{XDIST} -m not slow -n 0 tests/x.py"),  # pytest takes the last -n
+    ("5", ["tests/x.py"], "-n 5 --dist loadgroup -m not slow tests/x.py"),
+])
+def test_scripts_test_runs_on_xdist_workers_unless_told_otherwise(tmp_path, workers, argv, pytest_args):
+    tree, log = _fake_checkout(tmp_path), tmp_path / "log"
+    env = {**os.environ, "LOG": str(log), "REEF_TEST_POSTGRES_URL": "postgresql://given"}
+    env.pop("REEF_TEST_WORKERS", None)
+    if workers:
+        env["REEF_TEST_WORKERS"] = workers
+    result = subprocess.run([str(tree / "scripts" / "test"), *argv], env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert log.read_text().splitlines() == [f"python -m pytest {pytest_args} url=postgresql://given"]
 
 
 def _accepts(port: int) -> bool:
