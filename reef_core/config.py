@@ -122,7 +122,7 @@ class LoopSettings(_Strict):
     #: the divergence guard's KL bound: a weight recipe's learner lineage resets to the serving
     #: release when its head's KL to serving on the step's rollouts passes this many nats per
     #: token (null: no bound); docs/learning.md says why 0.1
-    lineage_max_kl: float | None = Field(2.0, gt=0)
+    lineage_max_kl: float | None = Field(1.0, gt=0)
     retention: RetentionSettings = RetentionSettings()
 
 

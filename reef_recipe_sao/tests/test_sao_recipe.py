@@ -382,7 +382,7 @@ def test_the_lineage_resets_when_its_kl_to_serving_passes_the_bound(tmp_path, tr
     head = recipe.lineages.head(SCENARIO)
     if bound == "null":                     # no bound: not even measured
         assert kl is None and "reset" not in cand.metadata["lineage"] and head.checkpoint is not None
-    elif bound == "default":                # one small step stays far inside the default bound (2.0)
+    elif bound == "default":                # one small step stays far inside the default bound (1.0)
         assert 0 < kl < 0.1 and "reset" not in cand.metadata["lineage"] and head.checkpoint is not None
     else:
         assert kl > 1e-9
