@@ -5,12 +5,15 @@ trainable runtime on it are reef-train's pytest fixtures (``tiny_model_dir``, ``
 
 from __future__ import annotations
 
+import zlib
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from reef_core import Batch, Experience, ExperienceRecord
 from reef_train.testing import sample_rollouts
+
+from .tasks import Task, Verdict
 
 SCENARIO = "kit"
 
@@ -63,3 +66,21 @@ def sampled_grid(model_dir: Path, prompt: list[int], score, *, groups: int = 2, 
         rewards.append([float(score(s.response_ids)) for s in row])
         tokens.append([(s.prompt_ids, s.response_ids, s.logprobs) for s in row])
     return Batch(SCENARIO, scored_grid(rewards, step=step, tokens=tokens))
+
+
+class ChecksumTask(Task):
+    """A test double, not a discovery problem: any answer is valid and scores its CRC-32 scaled
+    to [0, 1), so different answers almost surely score differently. A grid sampled from a
+    tiny random model then always carries a learning signal, which the shipped tasks' scorers
+    (an answer line of numbers) never give such a model: its steps would propose nothing."""
+
+    name = "checksum"
+    max_tokens = 8
+
+    @property
+    def instruction(self) -> str:
+        return "Write anything."
+
+    def verify(self, output: str) -> Verdict:
+        score = zlib.crc32(output.encode()) % 1000 / 1000
+        return Verdict(score=score, raw=score, valid=True, message=f"checksum score {score:.3f}")

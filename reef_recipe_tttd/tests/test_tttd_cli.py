@@ -51,7 +51,9 @@ def test_reef_tttd_run_commits_a_step_against_a_real_server(tmp_path, tiny_model
                                          "recipe.groups_per_step=2", "recipe.rollouts_per_group=2",
                                          "recipe.lora_rank=4", "recipe.lora_alpha=8", "evaluator=always",
                                          "server.default_scenario=disc"]) as reef:
-        done = _run("tttd", "run", "spread3", "--url", reef.url, "--scenario", "disc", "--groups", "2",
+        # the test double whose every answer scores differently, so the step has something to learn
+        done = _run("tttd", "run", "reef_recipe_tttd.testing:ChecksumTask", "--url", reef.url, "--scenario", "disc",
+                    "--groups", "2",
                     "--rollouts", "2", "--max-tokens", "6", "--steps", "1", "--run-dir", str(tmp_path / "run"),
                     cwd=tmp_path)
         assert done.returncode == 0, done.stderr

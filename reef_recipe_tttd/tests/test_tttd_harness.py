@@ -14,6 +14,10 @@ from reef_recipe_tttd.client import ReefClient, Sampled
 from reef_recipe_tttd.persist import IdentityMismatch
 from reef_recipe_tttd.tasks import Task, Verdict, load_task
 
+#: a test double whose every answer scores differently: the tiny model's grids always carry a
+#: learning signal (a step with none proposes nothing, so it would make no release)
+CHECKSUM = "reef_recipe_tttd.testing:ChecksumTask"
+
 
 def _server(tmp_path, model_dir, *extra):
     return ReefServer(tmp_path / "state", ["runtime=local", f"runtime.model={model_dir}", "recipe=tttd",
@@ -26,7 +30,7 @@ def test_two_steps_against_a_real_server(tmp_path, tiny_model_dir):
     with _server(tmp_path, tiny_model_dir) as reef:
         client = ReefClient(reef.url, scenario="disc")
         settings = SearchSettings(groups=2, rollouts=2, max_tokens=6, wait_timeout_s=120, concurrency=4)
-        harness = SearchHarness(load_task("spread3"), client, tmp_path / "run", settings)
+        harness = SearchHarness(load_task(CHECKSUM), client, tmp_path / "run", settings)
         history = harness.run(2)
         assert [h["step"] for h in history] == [0, 1]
         # each step's grid became a release that serves before the archive committed
@@ -46,10 +50,10 @@ def test_two_steps_against_a_real_server(tmp_path, tiny_model_dir):
         assert harness.archive.total == 8
         # resuming with another grid is refused
         with pytest.raises(IdentityMismatch, match="groups"):
-            SearchHarness(load_task("spread3"), client, tmp_path / "run",
+            SearchHarness(load_task(CHECKSUM), client, tmp_path / "run",
                           SearchSettings(groups=1, rollouts=2, max_tokens=6))
         # resuming with the same settings continues at step 2
-        again = SearchHarness(load_task("spread3"), client, tmp_path / "run", settings)
+        again = SearchHarness(load_task(CHECKSUM), client, tmp_path / "run", settings)
         assert again.next_step == 2 and again.settings.run == harness.settings.run
         client.close()
 

@@ -46,6 +46,7 @@ def test_reef_serve_tunes_after_the_kernel_starts(monkeypatch):
 
     class Kernel:
         started = False
+        learning = None  # no learning loop: the start-up notes have nothing to say
         settings = type("S", (), {"server": ServerSettings(gc_young_threshold=1234)})()
 
         async def start(self):
