@@ -121,6 +121,8 @@ SESSION_RECIPES: dict[str, SessionBench] = {
         # candidate is left undecided at the cap; its training stays on the lineage either way
         gate={"name": "task_suite", "grader": "regex", "rule": "bootstrap", "margin": 0.0, "confidence": 0.9,
               "repeats": 2, "max_episodes": 256, "episode_timeout_s": 120, "timeout_s": 1200, "concurrency": 8},
+        # a gate of 4 rounds takes longer than 600 s on 2 loaded cores (seen in 1-seed runs)
+        settle_timeout_s=1200.0,
         notes="binary RL + hindsight distillation from the student's next message (OpenClaw-RL)",
     ),
 }
