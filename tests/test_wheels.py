@@ -15,7 +15,10 @@ from the configured indexes, ours only from the wheelhouse):
   gets ready, and a growth step on reports with feedback publishes the instruction GEPA learned
   (the model is a fake OpenAI-compatible endpoint in the test process).
 
-A few minutes on 2 cores, hence ``slow``.
+torch itself is lent to the first virtualenv from this test run's own environment when that has
+the pinned build (:func:`_lend_torch`): unpacking and later deleting its 750 MB took about 7 of
+the default run's 15 CPU-minutes and checked nothing of ours; pip still resolves the pin against
+it and installs torch's own dependencies.
 """
 
 from __future__ import annotations
@@ -69,10 +72,42 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+TORCH_PIN = "torch==2.13.0"
+
+
+def _lend_torch(venv: Path) -> bool:
+    """Put this process's torch on ``venv``'s path, as a distribution pip sees as installed, when
+    it is the pinned version: a ``.pth`` file naming a directory of links to torch's packages and
+    its ``dist-info`` (nothing else of this environment: reef's own packages must come from the
+    wheels). False, and nothing done, when the running torch is another version or missing."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        dist = distribution("torch")
+    except PackageNotFoundError:
+        return False
+    if dist.version.split("+")[0] != TORCH_PIN.split("==")[1]:
+        return False
+    site = Path(dist.locate_file(""))
+    top = (dist.read_text("top_level.txt") or "torch").split()
+    lent = venv / "lent-torch"
+    lent.mkdir()
+    for name in [*top, f"torch-{dist.version}.dist-info"]:
+        if (site / name).exists():
+            (lent / name).symlink_to(site / name)
+    purelib = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             env=_env(), capture_output=True, text=True, check=True).stdout.strip()
+    Path(purelib, "reef-test-lent-torch.pth").write_text(f"{lent}\n")
+    return True
+
+
 def _install(wheelhouse, tmp_path: Path, *requirements: str) -> Path:
-    """A new virtualenv under ``tmp_path`` with ``pip install <requirements>`` done; its ``bin``."""
+    """A new virtualenv under ``tmp_path`` with ``pip install <requirements>`` done; its ``bin``.
+    A pinned torch among the requirements is lent from this environment when it can be."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=_env(), timeout=300)
+    if TORCH_PIN in requirements:
+        _lend_torch(venv)
     # Our distributions come from the wheelhouse, never from an index that might hold a namesake.
     pins = tmp_path / "reef-pins.txt"
     pins.write_text("".join(f"{d}=={p.name.split('-')[1]}\n" for d, p in wheelhouse["wheels"].items()))
@@ -87,7 +122,7 @@ def _install(wheelhouse, tmp_path: Path, *requirements: str) -> Path:
 
 #: what each install test pip installs into a new virtualenv
 INSTALLS = {
-    "local": ("torch==2.13.0", "reef-core", "reef-torch", "reef-recipe-sao", "reef-recipe-openclaw", "reef-recipe-tttd",
+    "local": (TORCH_PIN, "reef-core", "reef-torch", "reef-recipe-sao", "reef-recipe-openclaw", "reef-recipe-tttd",
               "reef-recipe-skillclaw", "reef-recipe-few-shot"),
     "gepa": ("reef-core", "reef-recipe-gepa"),
 }
