@@ -132,6 +132,27 @@ def test_scripts_test_runs_on_xdist_workers_unless_told_otherwise(tmp_path, work
     assert log.read_text().splitlines() == [f"python -m pytest {pytest_args} url=postgresql://given"]
 
 
+@pytest.mark.parametrize("given, workers, threads", [
+    ({}, "1", str(len(os.sched_getaffinity(0)))),      # one worker: all the cores
+    ({}, "64", "1"),                                    # more workers than cores: one thread each
+    ({"OMP_NUM_THREADS": "3"}, "1", "3"),               # a value of the caller's own is kept
+])
+def test_scripts_test_gives_each_worker_its_share_of_the_cores_for_torch(tmp_path, given, workers, threads):
+    """torch's threads default to one per core in every worker, and a busy machine then trains
+    the tiny models many times slower; scripts/test exports OMP_NUM_THREADS and MKL_NUM_THREADS
+    as the cores over the workers (the machine's cores even when the caller set OMP_NUM_THREADS,
+    which GNU nproc would count instead)."""
+    tree, log = _fake_checkout(tmp_path), tmp_path / "log"
+    _stub(tree / ".venv" / "bin" / "python", 'echo "$OMP_NUM_THREADS $MKL_NUM_THREADS $*" >> "$LOG"\n')
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    env.update(LOG=str(log), REEF_TEST_POSTGRES_URL="postgresql://given", REEF_TEST_WORKERS=workers, **given)
+    result = subprocess.run([str(tree / "scripts" / "test"), "tests/x.py"], env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert log.read_text().splitlines() == [f"{threads} {threads} -m pytest -n {workers} --dist loadgroup -m not slow "
+                                            "tests/x.py"]
+
+
 def _accepts(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(2)
