@@ -42,3 +42,30 @@ def test_tests_that_share_a_fixture_or_the_wheelhouse_are_grouped(tmp_path):
     assert len(wheels) > 10 and set(wheels.values()) == {"wheels"}  # one group across both modules
     scripts = {n: g for n, g in groups.items() if n.startswith("tests/test_scripts.py::")}
     assert scripts and set(scripts.values()) == {"-"}  # function fixtures only: spread over the workers
+
+
+GROUPED = '''
+import os, pytest
+
+pytestmark = pytest.mark.xdist_group("shared")
+
+
+@pytest.mark.parametrize("n", range(8))
+def test_in_the_group(n):
+    with open(os.environ["WORKERS_LOG"], "a") as log:
+        log.write(os.environ["PYTEST_XDIST_WORKER"] + "\\n")
+'''
+
+
+def test_a_group_runs_on_one_worker(tmp_path):
+    """The marks only count if this pytest and pytest-xdist honour them together: pytest 9.2 with
+    pytest-xdist 3.8 collects every mark and then spreads a group over all workers, which set up
+    each shared server and fixture once per worker (pyproject.toml pins pytest below 9.2)."""
+    (tmp_path / "test_grouped.py").write_text(GROUPED)
+    log = tmp_path / "workers.log"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}, "WORKERS_LOG": str(log)}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
+                           "-q", "test_grouped.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    workers = log.read_text().split()
+    assert len(workers) == 8 and len(set(workers)) == 1, workers
