@@ -14,6 +14,7 @@ from .conftest import (
     feedback_rules_config,
     report,
     settings_for,
+    wait_for,
     wait_published,
 )
 
@@ -63,7 +64,9 @@ def test_feedback_becomes_a_rule_that_serves_the_next_request(tmp_path):
             assert ('reef_candidates_evaluated_total{outcome="select",recipe="feedback_rules",scenario="default"} 1.0'
                     in metrics)
 
-            loop = client.get("/reef/scenarios/default").json()["loop"]
+            # the step's result is visible a moment before it lets go of its lease and lock
+            loop = wait_for(lambda: (lp := client.get("/reef/scenarios/default").json()["loop"])["state"] == "idle"
+                            and lp, "the loop idle after its step")
             assert loop["recipe"] == "feedback_rules" and loop["evaluator"] == "task_suite"
             assert loop["serving_release_id"] == release_id
             assert loop["last_step"]["outcome"] == "published"
