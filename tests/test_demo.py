@@ -258,6 +258,7 @@ def test_unknown_recipe_is_a_clear_error(tmp_path):
     assert "not an installed recipe" in result.output and "feedback_rules" in result.output
 
 
+@pytest.mark.slow  # the embedded model learning for real: 83-381 s of one worker on 2 busy cores
 def test_demo_quick_publishes_and_the_score_rises(tmp_path):
     pytest.importorskip("reef_torch")
     pytest.importorskip("matplotlib")
