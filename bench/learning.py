@@ -268,7 +268,8 @@ def run_seed(bench: RecipeBench, seed: int, *, budget: int, mode: str | None, ru
     lineage_after = lineage_accuracy(lineage, bench, split.heldout, SCENARIO) if runtime.local else None
     if lineage is not None:
         log(f"  seed {seed}: lineage at step {lineage.step} ({lineage.steps_since_publish} since the last publish), "
-            f"held-out {'-' if lineage_after is None else f'{lineage_after:.3f}'} ({time.monotonic() - start:.0f} s)")
+            f"held-out {'-' if lineage_after is None else f'{lineage_after:.3f}'}"
+            f"{f'; last reset {lineage.last_reset}' if lineage.last_reset else ''} ({time.monotonic() - start:.0f} s)")
     return SeedResult(seed, control_before=before[control.name], control_after=after[control.name],
                       learner_before=before[learner.name], learner_after=after[learner.name],
                       candidates=candidates, traffic_reward=reward / max(1, len(split.train)),

@@ -30,16 +30,19 @@ class LineageSnapshot:
     steps_since_publish: int
     checkpoint: Path | None
     resets: int = 0
+    #: the last reset, as ``reef lineage`` gives it: ``"at step N: REASON"`` (None: never reset)
+    last_reset: str | None = None
 
     @classmethod
     def from_response(cls, body: dict[str, Any]) -> LineageSnapshot | None:
         head = body.get("head")
         if not head:
             return None
-        checkpoint = head.get("checkpoint")
+        checkpoint, reset = head.get("checkpoint"), head.get("last_reset")
         return cls(step=int(head.get("step") or 0), steps_since_publish=int(head.get("steps_since_publish") or 0),
-                   checkpoint=Path(checkpoint) if checkpoint else None,
-                   resets=1 if head.get("last_reset") else 0)
+                   checkpoint=Path(checkpoint) if checkpoint else None, resets=1 if reset else 0,
+                   last_reset=f"at step {reset.get('step', '?')}: {reset.get('reason') or 'no reason given'}"
+                   if reset else None)
 
 
 def lineage_accuracy(snapshot: LineageSnapshot | None, bench: RecipeBench, tasks: list[Task],
