@@ -63,9 +63,12 @@ def test_a_group_runs_on_one_worker(tmp_path):
     each shared server and fixture once per worker (pyproject.toml pins pytest below 9.2)."""
     (tmp_path / "test_grouped.py").write_text(GROUPED)
     log = tmp_path / "workers.log"
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}, "WORKERS_LOG": str(log)}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
-                           "-q", "test_grouped.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    # pytest and pytest-xdist alone (the scheduling is theirs): no other plugin's start-up cost
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}, "WORKERS_LOG": str(log),
+           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "xdist.plugin", "-p", "no:cacheprovider", "-n", "2",
+                           "--dist", "loadgroup", "-q", "test_grouped.py"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     workers = log.read_text().split()
     assert len(workers) == 8 and len(set(workers)) == 1, workers
