@@ -78,12 +78,13 @@ def build_wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]
     tmp = tmp_path_factory.mktemp("wheels")
     house, logs, wheels = tmp / "wheelhouse", {}, {}
     started = time.monotonic()
+    env = child_env(**gguf_at_hand())  # once: it hashes the 100 MB GGUF
 
     def build(dist: str) -> subprocess.CompletedProcess:
         src = tmp / "src" / dist
         copy_sources(PACKAGES[dist], src)
         return subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", str(house), str(src)],
-                              cwd=tmp, env=child_env(**gguf_at_hand()), capture_output=True, text=True, timeout=900)
+                              cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
 
     # each build is one mostly single-threaded pip process: two at a time take 20 s instead of 32 s on 2 cores
     with ThreadPoolExecutor(max(2, min(4, os.cpu_count() or 1))) as pool:
