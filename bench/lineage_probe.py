@@ -29,9 +29,13 @@ class LineageSnapshot:
     step: int
     steps_since_publish: int
     checkpoint: Path | None
-    resets: int = 0
     #: the last reset, as ``reef lineage`` gives it: ``"at step N: REASON"`` (None: never reset)
     last_reset: str | None = None
+
+    @property
+    def resets(self) -> int:
+        """1 when the lineage was reset at least once, else 0 (the server keeps the last reset only)."""
+        return 1 if self.last_reset else 0
 
     @classmethod
     def from_response(cls, body: dict[str, Any]) -> LineageSnapshot | None:
@@ -40,7 +44,7 @@ class LineageSnapshot:
             return None
         checkpoint, reset = head.get("checkpoint"), head.get("last_reset")
         return cls(step=int(head.get("step") or 0), steps_since_publish=int(head.get("steps_since_publish") or 0),
-                   checkpoint=Path(checkpoint) if checkpoint else None, resets=1 if reset else 0,
+                   checkpoint=Path(checkpoint) if checkpoint else None,
                    last_reset=f"at step {reset.get('step', '?')}: {reset.get('reason') or 'no reason given'}"
                    if reset else None)
 
