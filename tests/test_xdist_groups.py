@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 PRINTER = '''
@@ -31,9 +33,35 @@ def _groups(tmp_path: Path, *paths: str) -> dict[str, str]:
     return {nodeid: group for _, nodeid, group in found}
 
 
-def test_tests_that_share_a_fixture_or_the_wheelhouse_are_grouped(tmp_path):
-    groups = _groups(tmp_path, "tests/ui/test_pages.py", "tests/ui/test_ui_wheel.py", "tests/test_wheels.py",
-                     "tests/test_scripts.py")
+CHECKED = ("tests/ui/test_pages.py", "tests/ui/test_ui_wheel.py", "tests/test_wheels.py", "tests/test_scripts.py")
+#: a test of each checked module that the default run selects: its absence means this session
+#: collected only part of them (a path or ``-k`` given), and the check collects them afresh
+EXPECTED = ("tests/ui/test_pages.py::test_chart_points_are_the_apis_numbers",
+            "tests/ui/test_ui_wheel.py::test_the_core_wheel_ships_the_dashboard",
+            "tests/test_wheels.py::test_every_wheel_builds_without_a_warning[reef-core]",
+            "tests/test_scripts.py::test_apt_get_gives_up_after_its_bound")
+
+
+def _session_groups(session: pytest.Session) -> dict[str, str]:
+    """``{nodeid: its xdist groups}`` of the checked modules, as this session collected them.
+    pytest-xdist's ``loadgroup`` appends ``@GROUP`` to a grouped test's id: it is taken off."""
+    groups = {}
+    for item in session.items:
+        if not item.nodeid.startswith(tuple(f"{path}::" for path in CHECKED)):
+            continue
+        marks = [m.args[0] for m in item.iter_markers("xdist_group")]
+        nodeid = item.nodeid
+        for mark in marks:
+            nodeid = nodeid.removesuffix(f"@{mark}")
+        groups[nodeid] = ",".join(marks) or "-"
+    return groups
+
+
+def test_tests_that_share_a_fixture_or_the_wheelhouse_are_grouped(tmp_path, request):
+    # the whole suite's run has already collected the modules: their marks are read from it
+    groups = _session_groups(request.session)
+    if not all(nodeid in groups for nodeid in EXPECTED):
+        groups = _groups(tmp_path, *CHECKED)
     pages = {n: g for n, g in groups.items() if n.startswith("tests/ui/test_pages.py::")}
     # the tests of learning_run (a module fixture) share one worker; the module's others go anywhere
     assert pages["tests/ui/test_pages.py::test_chart_points_are_the_apis_numbers"] == "module:tests/ui/test_pages.py"
