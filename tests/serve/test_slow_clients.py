@@ -264,7 +264,7 @@ def test_connection_cap(upstreams, tmp_path):
         slow: list[socket.socket] = []
         try:
             established.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert established.recv(65536).startswith(b"HTTP/1.1 200")
+            assert _read_one_response(established).startswith(b"HTTP/1.1 200")
             slow = [_connect(reef) for _ in range(cap - 1)]
             for s in slow:
                 s.sendall(b"GET /healthz HTTP/1.1\r\n")  # and never more
@@ -274,7 +274,7 @@ def test_connection_cap(upstreams, tmp_path):
             assert _parse(raw)[1]["retry-after"] == "1"
 
             established.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert established.recv(65536).startswith(b"HTTP/1.1 200")
+            assert _read_one_response(established).startswith(b"HTTP/1.1 200")
 
             for s in slow:
                 _assert_json_error(_read_until_closed(s), 408, "request_timeout")
