@@ -47,9 +47,15 @@ def shared_fixture_group(item: pytest.Item) -> str | None:
     return None
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Give each test that shares a module-scoped fixture its module's ``xdist_group`` (a test
-    with an explicit ``xdist_group`` mark keeps it: its group is named for what it shares)."""
+    with an explicit ``xdist_group`` mark keeps it: its group is named for what it shares).
+
+    It runs first: on a worker, pytest-xdist's own hook of the same name reads the marks once,
+    to file each test under its group, and it is registered after this conftest, so it would
+    otherwise run before and see none of the groups given here (each module's shared fixture
+    was then set up on every worker)."""
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             group = shared_fixture_group(item)

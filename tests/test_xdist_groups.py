@@ -81,22 +81,64 @@ pytestmark = pytest.mark.xdist_group("shared")
 @pytest.mark.parametrize("n", range(8))
 def test_in_the_group(n):
     with open(os.environ["WORKERS_LOG"], "a") as log:
-        log.write(os.environ["PYTEST_XDIST_WORKER"] + "\\n")
+        log.write("marked " + os.environ["PYTEST_XDIST_WORKER"] + "\\n")
+'''
+
+#: a module whose group only the repository's conftest gives (its tests share a module fixture)
+SHARING = '''
+import os, pytest
+
+
+def _log(what):
+    with open(os.environ["WORKERS_LOG"], "a") as log:
+        log.write(what + " " + os.environ["PYTEST_XDIST_WORKER"] + "\\n")
+
+
+@pytest.fixture(scope="module")
+def expensive():
+    _log("setup")
+    return 42
+
+
+@pytest.mark.parametrize("n", range(8))
+def test_sharing(expensive, n, request):
+    _log("sharing")
+    _log("filed-as-" + request.node.nodeid)
+'''
+
+#: the repository's conftest.py, loaded from its file: its hook gives the groups
+CONFTEST = f'''
+import importlib.util
+
+_spec = importlib.util.spec_from_file_location("reef_root_conftest", {str(ROOT / "conftest.py")!r})
+_root = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_root)
+pytest_collection_modifyitems = _root.pytest_collection_modifyitems
 '''
 
 
 def test_a_group_runs_on_one_worker(tmp_path):
     """The marks only count if this pytest and pytest-xdist honour them together: pytest 9.2 with
     pytest-xdist 3.8 collects every mark and then spreads a group over all workers, which set up
-    each shared server and fixture once per worker (pyproject.toml pins pytest below 9.2)."""
+    each shared server and fixture once per worker (pyproject.toml pins pytest below 9.2). The
+    groups conftest.py gives must reach pytest-xdist too: its hook once ran after xdist's had
+    filed the tests, and a module's fixture was set up on each worker."""
     (tmp_path / "test_grouped.py").write_text(GROUPED)
+    (tmp_path / "test_sharing.py").write_text(SHARING)
+    (tmp_path / "conftest.py").write_text(CONFTEST)
     log = tmp_path / "workers.log"
     # pytest and pytest-xdist alone (the scheduling is theirs): no other plugin's start-up cost
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}, "WORKERS_LOG": str(log),
            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "xdist.plugin", "-p", "no:cacheprovider", "-n", "2",
-                           "--dist", "loadgroup", "-q", "test_grouped.py"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)
+                           "--dist", "loadgroup", "-q", "test_grouped.py", "test_sharing.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    workers = log.read_text().split()
-    assert len(workers) == 8 and len(set(workers)) == 1, workers
+    lines = [line.split() for line in log.read_text().splitlines()]
+    workers = {what: [w for kind, w in lines if kind == what] for what in ("marked", "sharing", "setup")}
+    assert len(workers["marked"]) == 8 and len(set(workers["marked"])) == 1, workers
+    assert len(workers["sharing"]) == 8 and len(set(workers["sharing"])) == 1, workers
+    assert len(workers["setup"]) == 1, workers  # the module's fixture, once
+    # pytest-xdist filed each under the module's group (chance alone can put them on one worker)
+    filed = [kind.removeprefix("filed-as-") for kind, _ in lines if kind.startswith("filed-as-")]
+    assert len(filed) == 8 and all(f.endswith("@module:test_sharing.py") for f in filed), filed
