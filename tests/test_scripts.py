@@ -16,6 +16,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
 
+@pytest.fixture(autouse=True)
+def _no_worker_count_of_the_caller(monkeypatch):
+    """scripts/test's worker count is what each test says: a suite run itself with
+    REEF_TEST_WORKERS set (``REEF_TEST_WORKERS=3 scripts/test``) must not hand it on."""
+    monkeypatch.delenv("REEF_TEST_WORKERS", raising=False)
+
+
 LOCKED = "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 4242 (apt-get)"
 
 
