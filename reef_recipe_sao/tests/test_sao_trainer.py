@@ -93,7 +93,9 @@ def test_the_step_runs_on_ray_with_the_same_results_as_in_process(ray_instance, 
     ray_trainer = {"backend": "ray", "num_cpus": 1, "timeout_s": 600}
     results = {}
     for name, trainer in (("local", None), ("ray", ray_trainer)):
-        recipe = SAORecipe(batch_size=4, num_critic_only_steps=1, max_staleness=1, trainer=trainer,
+        # the batch, sampled before the lineage's first step, is two steps old at the third: a
+        # max_staleness of 1 would drop it there, and that step would propose nothing to compare
+        recipe = SAORecipe(batch_size=4, num_critic_only_steps=1, max_staleness=2, trainer=trainer,
                            state_dir=tmp_path / name / "state")
         # a warm-up step (critic only) advances the lineage, then the policy moves
         assert recipe.propose(batch, None, context(tmp_path / name, None, trainable_runtime, "s1")) is None
