@@ -32,11 +32,6 @@ class LineageSnapshot:
     #: the last reset, as ``reef lineage`` gives it: ``"at step N: REASON"`` (None: never reset)
     last_reset: str | None = None
 
-    @property
-    def resets(self) -> int:
-        """1 when the lineage was reset at least once, else 0 (the server keeps the last reset only)."""
-        return 1 if self.last_reset else 0
-
     @classmethod
     def from_response(cls, body: dict[str, Any]) -> LineageSnapshot | None:
         head = body.get("head")

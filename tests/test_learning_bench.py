@@ -130,10 +130,10 @@ def test_the_lineage_snapshot_reads_the_servers_lineage_answer(tmp_path):
     assert LineageSnapshot.from_response({"scenario": "bench", "head": None}) is None
     snap = LineageSnapshot.from_response({"head": {"step": 7, "steps_since_publish": 3, "checkpoint": str(tmp_path),
                                                     "last_reset": {"step": 5, "reason": "worse"}}})
-    assert (snap.step, snap.steps_since_publish, snap.checkpoint, snap.resets) == (7, 3, tmp_path, 1)
-    assert snap.last_reset == "at step 5: worse"
+    assert (snap.step, snap.steps_since_publish, snap.checkpoint, snap.last_reset) == (7, 3, tmp_path,
+                                                                                         "at step 5: worse")
     reset = LineageSnapshot.from_response({"head": {"step": 9, "steps_since_publish": 0, "checkpoint": None}})
-    assert reset.checkpoint is None and reset.resets == 0 and reset.last_reset is None
+    assert reset.checkpoint is None and reset.last_reset is None
 
 
 def test_a_lineage_without_an_adapter_to_load_is_not_measured(tmp_path):
