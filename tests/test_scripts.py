@@ -16,6 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
 
+
 @pytest.fixture(autouse=True)
 def _no_worker_count_of_the_caller(monkeypatch):
     """scripts/test's worker count is what each test says: a suite run itself with

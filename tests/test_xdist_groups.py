@@ -102,7 +102,6 @@ def expensive():
 
 @pytest.mark.parametrize("n", range(8))
 def test_sharing(expensive, n, request):
-    _log("sharing")
     _log("filed-as-" + request.node.nodeid)
 '''
 
@@ -135,10 +134,10 @@ def test_a_group_runs_on_one_worker(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = [line.split() for line in log.read_text().splitlines()]
-    workers = {what: [w for kind, w in lines if kind == what] for what in ("marked", "sharing", "setup")}
+    workers = {what: [w for kind, w in lines if kind == what] for what in ("marked", "setup")}
+    filed = {kind.removeprefix("filed-as-"): w for kind, w in lines if kind.startswith("filed-as-")}
     assert len(workers["marked"]) == 8 and len(set(workers["marked"])) == 1, workers
-    assert len(workers["sharing"]) == 8 and len(set(workers["sharing"])) == 1, workers
+    assert len(filed) == 8 and len(set(filed.values())) == 1, filed
     assert len(workers["setup"]) == 1, workers  # the module's fixture, once
     # pytest-xdist filed each under the module's group (chance alone can put them on one worker)
-    filed = [kind.removeprefix("filed-as-") for kind, _ in lines if kind.startswith("filed-as-")]
-    assert len(filed) == 8 and all(f.endswith("@module:test_sharing.py") for f in filed), filed
+    assert all(nodeid.endswith("@module:test_sharing.py") for nodeid in filed), filed
