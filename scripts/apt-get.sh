@@ -3,11 +3,13 @@
 # failing at once: a fresh machine often runs unattended-upgrades or cloud-init's apt at boot.
 # Usage: scripts/apt-get.sh ARGS...   (as apt-get; sudo is added when not root)
 #   REEF_APT_LOCK_WAIT  seconds to wait for the lock in all (default 300)
+#   REEF_APT_LOCK_POLL  seconds between tries while it is held (default 5)
 # dpkg's lock is waited for by apt itself (DPkg::Lock::Timeout); `apt-get update` takes the
 # package lists' lock, which that option does not cover on every apt, so a lock error is also
 # retried here until the same deadline. apt's own messages (which process holds the lock) show.
 set -euo pipefail
 WAIT=${REEF_APT_LOCK_WAIT:-300}
+POLL=${REEF_APT_LOCK_POLL:-5}
 SUDO=(); [ "$(id -u)" = 0 ] || SUDO=(sudo)
 deadline=$((SECONDS + WAIT))
 err=$(mktemp)
@@ -34,5 +36,6 @@ while true; do
          "REEF_APT_LOCK_WAIT)" >&2
     said=1
   fi
-  sleep $((left < 5 ? (left > 0 ? left : 1) : 5))
+  left=$((deadline - SECONDS))
+  sleep $((left < POLL ? (left > 0 ? left : 1) : POLL))
 done
