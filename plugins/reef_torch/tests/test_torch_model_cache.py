@@ -114,3 +114,27 @@ def test_bad_options_are_clear(tmp_path):
         resolve_model_dir("HuggingFaceTB/SmolLM2-135M-Instruct")
     with pytest.raises(ModelLoadError, match="dtype"):
         resolve_dtype("float33", "cpu")
+
+
+def test_a_conversion_parses_the_gguf_once_and_builds_each_name_table_once(tmp_path):
+    """Transformers opens the GGUF once for the config, once for the tokenizer and once for the
+    weights, and asks gguf for the tensor-name table once per module: within a conversion each
+    is built once, and gguf is left as it was after it."""
+    gguf = pytest.importorskip("gguf")
+    path = tmp_path / "tiny.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(2)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    reader_class, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    with model_loading._gguf_parsed_once():
+        first = gguf.GGUFReader(path)
+        assert gguf.GGUFReader(str(path)) is first  # how transformers calls it, three times
+        assert isinstance(first, reader_class) and first.fields["general.architecture"].contents() == "llama"
+        table = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2) is table
+        assert table.get_name("model.layers.1.self_attn.q_proj") == "blk.1.attn_q"
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (reader_class, name_map)
+    assert gguf.GGUFReader(path) is not first
