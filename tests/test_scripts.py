@@ -165,6 +165,18 @@ def test_scripts_test_gives_each_worker_its_share_of_the_cores_for_torch(tmp_pat
                                             "tests/x.py"]
 
 
+
+def test_scripts_test_lets_python_cache_bytecode(tmp_path):
+    """With PYTHONDONTWRITEBYTECODE from the caller's environment, every process the suite
+    starts would compile Reef's sources again: scripts/test lets bytecode be cached."""
+    tree, log = _fake_checkout(tmp_path), tmp_path / "log"
+    _stub(tree / ".venv" / "bin" / "python", 'echo "dont-write=${PYTHONDONTWRITEBYTECODE-unset}" >> "$LOG"\n')
+    env = {**os.environ, "LOG": str(log), "REEF_TEST_POSTGRES_URL": "postgresql://given", "PYTHONDONTWRITEBYTECODE": "1"}
+    result = subprocess.run([str(tree / "scripts" / "test"), "tests/x.py"], env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert log.read_text().splitlines() == ["dont-write=unset"]
+
 def _accepts(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(2)
