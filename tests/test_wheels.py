@@ -2,7 +2,8 @@
 
 The wheels of reef-core, reef-train, reef-smollm2 (the embedded model's GGUF), reef-torch, the
 five recipes (gepa, sao, openclaw, tttd, skillclaw) and the example recipe are built with ``pip wheel`` from copies of the source
-trees (git's files, so stale ``build/`` directories cannot leak in), each without a single build
+trees (git's files, so stale ``build/`` directories cannot leak in; with this environment's
+setuptools when it is one their ``[build-system]`` asks for), each without a single build
 warning. Then, each into a new virtualenv (no system site-packages; the other dependencies come
 from the configured indexes, ours only from the wheelhouse):
 
@@ -40,7 +41,7 @@ import httpx
 import pytest
 
 from reef_core.testing import FakeUpstream, last_user_text, system_prompt
-from tests.wheelhouse import HARMLESS, PACKAGES, ROOT
+from tests.wheelhouse import HARMLESS, PACKAGES, ROOT, build_requirements, builds_here
 from tests.wheelhouse import child_env as _env
 
 # the wheelhouse fixture (tests/conftest.py) is built once per run; the wheel tests share one
@@ -54,6 +55,14 @@ def test_every_wheel_builds_without_a_warning(wheelhouse, dist):
                 if re.search(r"warn", line, re.I) and not HARMLESS.search(line)]
     assert warnings == [], f"pip wheel {PACKAGES[dist]} warns:\n" + "\n".join(warnings)
     assert wheelhouse["wheels"][dist].name.endswith("-py3-none-any.whl")
+
+
+def test_every_package_builds_with_setuptools_so_the_wheels_build_here_without_isolation():
+    """The wheelhouse builds each wheel in this environment (no build environment of its own to
+    fill with setuptools first) when every package's build needs only what this one has."""
+    assert {dist: build_requirements(dist) for dist in PACKAGES} == {
+        dist: (["setuptools>=68"], "setuptools.build_meta") for dist in PACKAGES}
+    assert builds_here()
 
 
 def test_the_model_wheel_carries_the_checked_gguf(wheelhouse):

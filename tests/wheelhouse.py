@@ -70,6 +70,37 @@ def gguf_at_hand() -> dict[str, str]:
         return {}
 
 
+def build_requirements(dist: str) -> tuple[list[str], str]:
+    """``[build-system]`` of ``dist``'s pyproject.toml: its requirements and its backend."""
+    import tomllib  # Python 3.11 or later: builds_here() says no on 3.10
+
+    system = tomllib.loads((ROOT / PACKAGES[dist] / "pyproject.toml").read_text())["build-system"]
+    return list(system["requires"]), system["build-backend"]
+
+
+def builds_here() -> bool:
+    """Whether every wheel can be built in this environment as it is (``pip wheel
+    --no-build-isolation``): every package asks for the setuptools backend and only for a
+    setuptools this environment satisfies. An isolated build installs setuptools into a new
+    environment of its own first, 1.7 of each build's 2.4 s (ten builds: 15 s of the run)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        import tomllib  # noqa: F401
+        from packaging.requirements import Requirement
+
+        here = version("setuptools")
+    except (ImportError, PackageNotFoundError):
+        return False
+    for dist in PACKAGES:
+        requires, backend = build_requirements(dist)
+        wanted = [Requirement(r) for r in requires]
+        if backend != "setuptools.build_meta" or any(r.name != "setuptools" or not r.specifier.contains(here)
+                                                     for r in wanted):
+            return False
+    return True
+
+
 def build_wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Build every wheel of PACKAGES into one wheelhouse:
     ``{"dir": wheelhouse, "logs": {dist: pip wheel -v output}, "wheels": {dist: path}, "seconds": ...}``"""
@@ -80,11 +111,13 @@ def build_wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]
     started = time.monotonic()
     env = child_env(**gguf_at_hand())  # once: it hashes the 100 MB GGUF
 
+    isolation = [] if builds_here() else ["--no-build-isolation"]
+
     def build(dist: str) -> subprocess.CompletedProcess:
         src = tmp / "src" / dist
         copy_sources(PACKAGES[dist], src)
-        return subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", str(house), str(src)],
-                              cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
+        return subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", *isolation, "-w", str(house),
+                               str(src)], cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
 
     # each build is one mostly single-threaded pip process: two at a time take 20 s instead of 32 s on 2 cores
     with ThreadPoolExecutor(max(2, min(4, os.cpu_count() or 1))) as pool:
