@@ -243,7 +243,7 @@ def compose(overrides: list[str] | tuple[str, ...] = (), plugins: Plugins | None
         with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
             cfg = hydra_compose("config", overrides=overrides)
         if config_file is not None:
-            extra = OmegaConf.load(config_file)
+            extra = load_config_file(config_file)
             OmegaConf.set_struct(cfg, False)
             cfg = OmegaConf.merge(cfg, extra)
         OmegaConf.resolve(cfg)
@@ -252,6 +252,40 @@ def compose(overrides: list[str] | tuple[str, ...] = (), plugins: Plugins | None
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot read config: {_one_line(str(exc))}") from None
     return cfg
+
+
+#: YAML 1.2's booleans; YAML 1.1 (PyYAML, OmegaConf.load) also reads on/off/yes/no/y/n as booleans
+_BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+
+
+def load_config_file(path: str | Path) -> DictConfig:
+    """A config file as ``OmegaConf.load`` reads it, except that only ``true`` and ``false`` are
+    booleans (YAML 1.2): with YAML 1.1's ``on``/``off``/``yes``/``no`` a key named ``on`` became
+    the boolean true and was refused as "invalid config key server.1: Keys should be strings"
+    instead of being named. A value ``yes`` stays the string, which a boolean option still takes
+    as true."""
+    import yaml
+    from omegaconf._utils import get_yaml_loader
+
+    base = get_yaml_loader()
+
+    class Loader(base):  # type: ignore[misc, valid-type]
+        yaml_implicit_resolvers = {
+            first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+            for first, resolvers in base.yaml_implicit_resolvers.items()
+        }
+
+    Loader.add_implicit_resolver("tag:yaml.org,2002:bool", _BOOL, list("tTfF"))
+    with open(path, encoding="utf-8") as f:
+        try:
+            data = yaml.load(f, Loader=Loader)  # noqa: S506 - a SafeLoader, as OmegaConf.load's
+        except yaml.MarkedYAMLError as exc:  # one line: what is wrong and where
+            where = exc.problem_mark or exc.context_mark
+            at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+            raise ConfigError(f"cannot read config {path}: {exc.problem or exc.context}{at}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"cannot read config {path}: {_one_line(str(exc))}") from None
+    return OmegaConf.create(data if data is not None else {})
 
 
 def _unknown_key(exc: Exception) -> str | None:

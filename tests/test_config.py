@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from reef_core.config import compose, load_settings, mask_secrets, masked_yaml
@@ -153,6 +153,8 @@ _STRICT_SECTIONS = ("server", "auth", "loop", "record_store")
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(section=st.sampled_from(_STRICT_SECTIONS),
        name=st.from_regex(r"[a-z][a-z_]{0,12}", fullmatch=True))
+@example(section="server", name="on")  # YAML 1.1 read the key as the boolean true
+@example(section="loop", name="no")
 def test_an_unknown_key_is_named_the_same_from_an_override_a_plus_override_and_a_file(tmp_path, section, name):
     from reef_core.config import Settings
 
@@ -168,6 +170,31 @@ def test_an_unknown_key_is_named_the_same_from_an_override_a_plus_override_and_a
     with pytest.raises(ConfigError) as err:
         load_settings([], config_file=config_file)
     assert str(err.value) == expected
+
+
+def test_a_config_file_reads_only_true_and_false_as_booleans(tmp_path):
+    config_file = tmp_path / "reef.yaml"
+    config_file.write_text("loop:\n  enabled: no\nserver:\n  host: 'on'\n")
+    s = load_settings([], config_file=config_file)
+    assert s.loop.enabled is False and s.server.host == "on"  # a boolean option still takes yes/no
+    config_file.write_text("loop:\n  enabled: yes\n")
+    assert load_settings([], config_file=config_file).loop.enabled is True
+
+
+@pytest.mark.parametrize("text, message", [
+    ("server:\n  port: [1\n", "expected ',' or ']', but got '<stream end>' at line 3, column 1"),
+    ("server:\n  port: 1\n  port: 2\n", "found duplicate key port at line 3, column 3"),
+    ("\t- x\n", "found character '\\t' that cannot start any token at line 1, column 1"),
+])
+def test_a_malformed_config_file_is_one_line_naming_where(tmp_path, text, message):
+    config_file = tmp_path / "reef.yaml"
+    config_file.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_settings([], config_file=config_file)
+    assert str(err.value) == f"cannot read config {config_file}: {message}"
+    cli = subprocess.run([sys.executable, "-m", "reef_core", "config", "--config", str(config_file)],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert cli.returncode == 2 and cli.stderr.strip() == f"Error: cannot read config {config_file}: {message}", cli.stderr
 
 
 def test_a_word_without_equals_is_not_taken_for_hydra_grammar():
