@@ -254,28 +254,24 @@ def compose(overrides: list[str] | tuple[str, ...] = (), plugins: Plugins | None
     return cfg
 
 
-#: YAML 1.2's booleans; YAML 1.1 (PyYAML, OmegaConf.load) also reads on/off/yes/no/y/n as booleans
-_BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
-
-
 def load_config_file(path: str | Path) -> DictConfig:
-    """A config file as ``OmegaConf.load`` reads it, except that only ``true`` and ``false`` are
-    booleans (YAML 1.2): with YAML 1.1's ``on``/``off``/``yes``/``no`` a key named ``on`` became
-    the boolean true and was refused as "invalid config key server.1: Keys should be strings"
-    instead of being named. A value ``yes`` stays the string, which a boolean option still takes
-    as true."""
+    """A config file as ``OmegaConf.load`` reads it, except that a key is always a string: YAML
+    1.1 reads ``on``, ``off``, ``yes``, ``no``, ``y`` and ``n`` as booleans, keys included, and a
+    misspelt key named ``on`` was refused as "invalid config key server.1: Keys should be
+    strings" instead of being named. Values keep YAML 1.1's reading (``enabled: yes`` is true),
+    as in Reef's own config files. A malformed file is one line naming what is wrong and where."""
     import yaml
     from omegaconf._utils import get_yaml_loader
 
     base = get_yaml_loader()
 
     class Loader(base):  # type: ignore[misc, valid-type]
-        yaml_implicit_resolvers = {
-            first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
-            for first, resolvers in base.yaml_implicit_resolvers.items()
-        }
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+            for key, _ in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.tag == "tag:yaml.org,2002:bool" and not key.style:
+                    key.tag = "tag:yaml.org,2002:str"  # a plain key YAML 1.1 took for a boolean
+            return super().construct_mapping(node, deep=deep)
 
-    Loader.add_implicit_resolver("tag:yaml.org,2002:bool", _BOOL, list("tTfF"))
     with open(path, encoding="utf-8") as f:
         try:
             data = yaml.load(f, Loader=Loader)  # noqa: S506 - a SafeLoader, as OmegaConf.load's

@@ -9,6 +9,7 @@ import sys
 import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
+from omegaconf import OmegaConf
 
 from reef_core.config import compose, load_settings, mask_secrets, masked_yaml
 from reef_core.errors import ConfigError
@@ -172,13 +173,15 @@ def test_an_unknown_key_is_named_the_same_from_an_override_a_plus_override_and_a
     assert str(err.value) == expected
 
 
-def test_a_config_file_reads_only_true_and_false_as_booleans(tmp_path):
+def test_a_config_file_key_is_a_string_and_its_values_keep_yaml_booleans(tmp_path):
+    from reef_core.config import load_config_file
+
     config_file = tmp_path / "reef.yaml"
-    config_file.write_text("loop:\n  enabled: no\nserver:\n  host: 'on'\n")
-    s = load_settings([], config_file=config_file)
-    assert s.loop.enabled is False and s.server.host == "on"  # a boolean option still takes yes/no
-    config_file.write_text("loop:\n  enabled: yes\n")
-    assert load_settings([], config_file=config_file).loop.enabled is True
+    config_file.write_text("loop:\n  enabled: no\nserver:\n  host: 'on'\nx:\n  on: yes\n  'off': 1\n  true: 2\n")
+    assert OmegaConf.to_container(load_config_file(config_file)) == {
+        "loop": {"enabled": False}, "server": {"host": "on"}, "x": {"on": True, "off": 1, "true": 2}}
+    config_file.write_text("loop:\n  enabled: no\n")
+    assert load_settings([], config_file=config_file).loop.enabled is False
 
 
 @pytest.mark.parametrize("text, message", [
