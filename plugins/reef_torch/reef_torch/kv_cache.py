@@ -294,12 +294,15 @@ class KVBuffer:
         self.start += cut
 
     def clear(self) -> None:
-        """No rows left: keep the buffers for the next batch unless they grew past ``keep_len``."""
-        self.rows = self.start = self.end = 0
+        """No rows left: keep the buffers for the next batch unless they grew past ``keep_len``.
+        ``rows`` drops to 0 last: a caller on another thread that waits for no rows then sees the
+        buffer already released."""
         self._opened = None
         if self.capacity > self.keep_len or (self.keys and len(self.keys) != self.layers):
             self.keys, self.values, self.cache = [], [], None
             self._shape = (0, 0)
+        self.start = self.end = 0
+        self.rows = 0
 
     # ------------------------------------------------------------------ storage
 
