@@ -281,7 +281,12 @@ def load_config_file(path: str | Path) -> DictConfig:
             raise ConfigError(f"cannot read config {path}: {exc.problem or exc.context}{at}") from None
         except yaml.YAMLError as exc:
             raise ConfigError(f"cannot read config {path}: {_one_line(str(exc))}") from None
-    return OmegaConf.create(data if data is not None else {})
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"cannot read config {path}: it holds a {type(data).__name__}, not a mapping of keys "
+                          "(e.g. 'server:' and its keys below)")
+    return OmegaConf.create(data)
 
 
 def _unknown_key(exc: Exception) -> str | None:

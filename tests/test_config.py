@@ -188,6 +188,8 @@ def test_a_config_file_key_is_a_string_and_its_values_keep_yaml_booleans(tmp_pat
     ("server:\n  port: [1\n", "expected ',' or ']', but got '<stream end>' at line 3, column 1"),
     ("server:\n  port: 1\n  port: 2\n", "found duplicate key port at line 3, column 3"),
     ("\t- x\n", "found character '\\t' that cannot start any token at line 1, column 1"),
+    ("- server\n", "it holds a list, not a mapping of keys (e.g. 'server:' and its keys below)"),
+    ("server\n", "it holds a str, not a mapping of keys (e.g. 'server:' and its keys below)"),
 ])
 def test_a_malformed_config_file_is_one_line_naming_where(tmp_path, text, message):
     config_file = tmp_path / "reef.yaml"
