@@ -165,7 +165,6 @@ def test_scripts_test_gives_each_worker_its_share_of_the_cores_for_torch(tmp_pat
                                             "tests/x.py"]
 
 
-
 def test_scripts_test_lets_python_cache_bytecode(tmp_path):
     """With PYTHONDONTWRITEBYTECODE from the caller's environment, every process the suite
     starts would compile Reef's sources again: scripts/test lets bytecode be cached."""
@@ -176,6 +175,7 @@ def test_scripts_test_lets_python_cache_bytecode(tmp_path):
                             timeout=60)
     assert result.returncode == 0, result.stderr
     assert log.read_text().splitlines() == ["dont-write=unset"]
+
 
 def _accepts(port: int) -> bool:
     with socket.socket() as s:

@@ -57,12 +57,14 @@ def test_every_wheel_builds_without_a_warning(wheelhouse, dist):
     assert wheelhouse["wheels"][dist].name.endswith("-py3-none-any.whl")
 
 
-def test_every_package_builds_with_setuptools_so_the_wheels_build_here_without_isolation():
+def test_every_package_builds_with_setuptools_so_the_wheels_build_here_without_isolation(wheelhouse):
     """The wheelhouse builds each wheel in this environment (no build environment of its own to
     fill with setuptools first) when every package's build needs only what this one has."""
     assert {dist: build_requirements(dist) for dist in PACKAGES} == {
         dist: (["setuptools>=68"], "setuptools.build_meta") for dist in PACKAGES}
     assert builds_here()
+    isolated = [dist for dist, log in wheelhouse["logs"].items() if "Installing build dependencies" in log]
+    assert isolated == [], isolated
 
 
 def test_the_model_wheel_carries_the_checked_gguf(wheelhouse):

@@ -86,19 +86,15 @@ def builds_here() -> bool:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        import tomllib  # noqa: F401
         from packaging.requirements import Requirement
 
         here = version("setuptools")
+        systems = [build_requirements(dist) for dist in PACKAGES]
     except (ImportError, PackageNotFoundError):
         return False
-    for dist in PACKAGES:
-        requires, backend = build_requirements(dist)
-        wanted = [Requirement(r) for r in requires]
-        if backend != "setuptools.build_meta" or any(r.name != "setuptools" or not r.specifier.contains(here)
-                                                     for r in wanted):
-            return False
-    return True
+    return all(backend == "setuptools.build_meta"
+               and all(r.name == "setuptools" and r.specifier.contains(here) for r in map(Requirement, requires))
+               for requires, backend in systems)
 
 
 def build_wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
@@ -111,7 +107,7 @@ def build_wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]
     started = time.monotonic()
     env = child_env(**gguf_at_hand())  # once: it hashes the 100 MB GGUF
 
-    isolation = [] if builds_here() else ["--no-build-isolation"]
+    isolation = ["--no-build-isolation"] if builds_here() else []
 
     def build(dist: str) -> subprocess.CompletedProcess:
         src = tmp / "src" / dist
