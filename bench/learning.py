@@ -13,7 +13,7 @@ settled.
 Usage:
     python bench/learning.py RECIPE [--seeds 3] [--budget N] [--mode MODE]
                              [--endpoint URL --model NAME] [--heldout N] [--gate-tasks N]
-                             [--reflection-url URL --reflection-model NAME]
+                             [--reflection-url URL --reflection-model NAME] [--settle-timeout S]
 
 ``--endpoint`` runs both servers with ``runtime=upstream`` against an OpenAI-compatible endpoint
 (key from ``$REEF_UPSTREAM_API_KEY``) instead of the local SmolLM2-135M-Instruct. The last line
@@ -34,7 +34,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -231,6 +231,12 @@ def drive(server: ReefProcess, bench: RecipeBench, tasks: list[Task], pool: Thre
     return sum(pool.map(one, tasks))
 
 
+def settle_timeout(bench: RecipeBench, budget: int) -> float:
+    """The recipe's settle timeout for ``budget`` reports: its own for its default budget or
+    fewer, and in proportion beyond it (each report feeds the same share of a training step)."""
+    return bench.settle_timeout_s * max(1.0, budget / bench.budget)
+
+
 def run_seed(bench: RecipeBench, seed: int, *, budget: int, mode: str | None, runtime: Runtime,
              workdir: Path, log: Any = print, reflection: dict[str, Any] | None = None) -> SeedResult:
     start = time.monotonic()
@@ -310,6 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reflection-model", help="the model name at --reflection-url")
     parser.add_argument("--heldout", type=int, help="held-out tasks (default: the recipe's)")
     parser.add_argument("--gate-tasks", type=int, help="gate tasks (default: the recipe's)")
+    parser.add_argument("--settle-timeout", type=float, metavar="S",
+                        help="seconds to wait for learning to settle after the traffic (default: the recipe's, "
+                        "scaled by --budget over the recipe's budget: twice the reports, twice the steps)")
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in DRIVERS:
         import importlib
@@ -329,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     budget = args.budget or bench.budget
+    bench = replace(bench, settle_timeout_s=args.settle_timeout or settle_timeout(bench, budget))
     runtime = Runtime.choose(args.endpoint, args.model)
     print(f"recipe {bench.name}{f' (mode {args.mode})' if args.mode else ''}: {bench.notes}")
     if bench.reflection_option:

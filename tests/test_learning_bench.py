@@ -164,6 +164,15 @@ def test_the_table_shows_the_lineage_beside_the_served_learner_and_each_decision
     assert lines[3].split()[5:11] == ["-", "-", "0", "0", "0", "0"] and lines[3].endswith("(not settled)")
 
 
+def test_a_larger_budget_waits_longer_for_learning_to_settle():
+    import learning
+
+    sao = RECIPES["sao"]
+    assert learning.settle_timeout(sao, sao.budget) == sao.settle_timeout_s
+    assert learning.settle_timeout(sao, sao.budget // 2) == sao.settle_timeout_s  # never less than the recipe's
+    assert learning.settle_timeout(sao, 2 * sao.budget) == 2 * sao.settle_timeout_s  # twice the steps to train
+
+
 def test_registry_entries_are_complete():
     assert {"sao", "gepa", "feedback_rules"} <= set(RECIPES)
     for name, bench in RECIPES.items():
