@@ -200,3 +200,34 @@ def test_postgres_run_stops_and_removes_the_server_it_started(tmp_path):
     port = int(url.rsplit(":", 1)[1].split("/")[0])
     assert not _accepts(port)  # stopped
     assert not Path(data_dir).exists()  # and removed
+
+
+def _package(root: Path, name: str, system: str) -> str:
+    (root / name).mkdir()
+    (root / name / "pyproject.toml").write_text(f"[project]\nname = '{name}'\n\n[build-system]\n{system}")
+    return str(root / name)
+
+
+SETUPTOOLS = 'requires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n'
+
+
+@pytest.mark.parametrize("system, here", [
+    (SETUPTOOLS, True),
+    ('requires = ["setuptools>=68", "wheel"]\nbuild-backend = "setuptools.build_meta"\n', False),  # wheel: not here
+    ('requires = ["setuptools>=90"]\nbuild-backend = "setuptools.build_meta"\n', False),
+    ('requires = ["hatchling"]\nbuild-backend = "hatchling.build"\n', False),
+    ("", False),  # no build system named: pip's default, left to pip
+])
+def test_setup_builds_in_its_venv_only_what_that_venv_can_build(tmp_path, system, here):
+    """scripts/setup.sh passes --no-build-isolation only when every package asks for no more
+    than the venv's setuptools (scripts/builds-here.py); anything else keeps pip's isolation."""
+    import sys
+
+    dirs = [_package(tmp_path, "ok", SETUPTOOLS), _package(tmp_path, "other", system)]
+    run = subprocess.run([sys.executable, str(SCRIPTS / "builds-here.py"), *dirs], capture_output=True, text=True)
+    assert run.returncode == (0 if here else 1), run.stderr
+    # Reef's own packages, as setup.sh lists them: this venv builds them all
+    packages = subprocess.run([str(SCRIPTS / "packages.sh"), "--installed"], cwd=ROOT, capture_output=True,
+                              text=True, check=True).stdout.split()
+    assert subprocess.run([sys.executable, str(SCRIPTS / "builds-here.py"), ".", *packages], cwd=ROOT).returncode == 0
+    assert "builds-here.py" in (SCRIPTS / "setup.sh").read_text()
