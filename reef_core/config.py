@@ -17,6 +17,7 @@ from typing import Any, Literal, get_args
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from . import config_cache
 from .errors import ConfigError
 from .plugins import Plugins
 
@@ -239,9 +240,14 @@ def compose(overrides: list[str] | tuple[str, ...] = (), plugins: Plugins | None
     search = ",".join(f"file://{p}" for _, p in plugins.config_dirs)
     if search:
         overrides.append(f"hydra.searchpath=[{search}]")
+    root = str(conf_dir())
+
+    def composed(given: list[str]) -> DictConfig:
+        with initialize_config_dir(config_dir=root, version_base="1.3"):
+            return hydra_compose("config", overrides=given)
+
     try:
-        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-            cfg = hydra_compose("config", overrides=overrides)
+        cfg = config_cache.compose(overrides, [root, *(str(p) for _, p in plugins.config_dirs)], composed)
         if config_file is not None:
             extra = load_config_file(config_file)
             OmegaConf.set_struct(cfg, False)
