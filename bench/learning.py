@@ -171,7 +171,8 @@ class ReefProcess(ServeProcess):
 @contextmanager
 def serving(servers: Iterable[ReefProcess], log: Callable[[str], None] = print) -> Iterator[None]:
     """Start ``servers`` and wait until each is ready; on an error print each one's log tail;
-    always stop them (SIGINT, a clean shutdown)."""
+    always stop them (SIGINT, a clean shutdown), all at once: a learner finishing a training
+    step may take a while to exit, and the control must not wait for it to be told."""
     servers = list(servers)
     try:
         for s in servers:
@@ -184,8 +185,8 @@ def serving(servers: Iterable[ReefProcess], log: Callable[[str], None] = print) 
             log(f"--- {s.name} log tail ---\n{s.log_tail()}")
         raise
     finally:
-        for s in servers:
-            s.stop()
+        with ThreadPoolExecutor(max(1, len(servers))) as pool:
+            list(pool.map(lambda s: s.stop(), servers))
 
 
 # ------------------------------------------------------------------ one seed

@@ -374,3 +374,35 @@ def test_every_driver_takes_its_command_line(recipe, capsys):
         learning.main([recipe, "--help"])
     assert exit_.value.code == 0
     assert "--seeds" in capsys.readouterr().out
+
+
+def test_the_servers_of_a_seed_are_stopped_at_once():
+    """A learner still finishing a training step may take a while to stop: the control is told
+    at the same time, not after it (a bench killed meanwhile left the control running)."""
+    import threading
+
+    import learning
+
+    told = threading.Event()
+
+    class Slow:
+        name = "learner"
+
+        def start(self):
+            pass
+
+        def wait_ready(self):
+            pass
+
+        def stop(self):
+            assert told.wait(10), "the control was not told to stop while the learner was stopping"
+
+    class Control(Slow):
+        name = "control"
+
+        def stop(self):
+            told.set()
+
+    with learning.serving([Slow(), Control()], log=lambda line: None):
+        pass
+    assert told.is_set()
