@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -72,7 +73,7 @@ def gguf_at_hand() -> dict[str, str]:
 
 def build_requirements(dist: str) -> tuple[list[str], str]:
     """``[build-system]`` of ``dist``'s pyproject.toml: its requirements and its backend."""
-    import tomllib  # Python 3.11 or later: builds_here() says no on 3.10
+    import tomllib  # Python 3.11 or later
 
     system = tomllib.loads((ROOT / PACKAGES[dist] / "pyproject.toml").read_text())["build-system"]
     return list(system["requires"]), system["build-backend"]
@@ -80,21 +81,11 @@ def build_requirements(dist: str) -> tuple[list[str], str]:
 
 def builds_here() -> bool:
     """Whether every wheel can be built in this environment as it is (``pip wheel
-    --no-build-isolation``): every package asks for the setuptools backend and only for a
-    setuptools this environment satisfies. An isolated build installs setuptools into a new
-    environment of its own first, 1.7 of each build's 2.4 s (ten builds: 15 s of the run)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        from packaging.requirements import Requirement
-
-        here = version("setuptools")
-        systems = [build_requirements(dist) for dist in PACKAGES]
-    except (ImportError, PackageNotFoundError):
-        return False
-    return all(backend == "setuptools.build_meta"
-               and all(r.name == "setuptools" and r.specifier.contains(here) for r in map(Requirement, requires))
-               for requires, backend in systems)
+    --no-build-isolation``), by the rule scripts/setup.sh uses for its editable installs
+    (scripts/builds-here.py). An isolated build installs setuptools into a new environment of
+    its own first, 1.7 of each build's 2.4 s (ten builds: 15 s of the run)."""
+    script = runpy.run_path(str(ROOT / "scripts" / "builds-here.py"))
+    return script["builds_here"]([str(ROOT / rel) for rel in PACKAGES.values()])
 
 
 def build_wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
