@@ -237,9 +237,9 @@ def compose(overrides: list[str] | tuple[str, ...] = (), plugins: Plugins | None
         # evaluator=recipe_default has no keys of its own: `evaluator.tasks=...` are options of
         # the recipe's own evaluator, checked against it once the recipe is known (validate)
         overrides = [f"++{o}" if o.startswith("evaluator.") else o for o in overrides]
-    search = ",".join(f"file://{p}" for _, p in plugins.config_dirs)
-    if search:
-        overrides.append(f"hydra.searchpath=[{search}]")
+    plugin_dirs = [str(p) for _, p in plugins.config_dirs]
+    if plugin_dirs:
+        overrides.append(f"hydra.searchpath=[{','.join(f'file://{p}' for p in plugin_dirs)}]")
     root = str(conf_dir())
 
     def composed(given: list[str]) -> DictConfig:
@@ -247,7 +247,7 @@ def compose(overrides: list[str] | tuple[str, ...] = (), plugins: Plugins | None
             return hydra_compose("config", overrides=given)
 
     try:
-        cfg = config_cache.compose(overrides, [root, *(str(p) for _, p in plugins.config_dirs)], composed)
+        cfg = config_cache.compose(overrides, [root, *plugin_dirs], composed)
         if config_file is not None:
             extra = load_config_file(config_file)
             OmegaConf.set_struct(cfg, False)
