@@ -30,6 +30,7 @@ from .errors import (
     RuntimeCallError,
     RuntimeUnavailable,
     StartupError,
+    StepStopped,
 )
 from .hookspecs import hookimpl, hookspec
 from .kit.lazy import lazy_exports
@@ -104,6 +105,7 @@ __all__ = [
     "RuntimeCallError",
     "RuntimeUnavailable",
     "StartupError",
+    "StepStopped",
     # registering
     "hookimpl",
     "hookspec",

@@ -82,3 +82,8 @@ class RuntimeUnavailable(RuntimeCallError):
 
 class PublishConflict(ConflictError):
     """A publisher's expected head is stale: another release moved the chain first."""
+
+
+class StepStopped(ReefError):
+    """A growth step was stopped part-way because the server is stopping (``RecipeContext.stopping``):
+    nothing of it is kept."""

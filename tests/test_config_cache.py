@@ -3,7 +3,6 @@ composing in full with Hydra, for any mix of overrides; a changed config file is
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf

@@ -30,6 +30,12 @@ log = logging.getLogger("reef.commit")
 OUTCOMES = get_args(Outcome)
 
 
+#: why a model call of an evaluation (or of a recipe's step) was refused or cut
+_CANCELLED = "the evaluation was stopped: its time is up, or the server is stopping"
+#: how often a model call waiting for its answer looks at ``EvalContext.cancelled`` (seconds)
+_CANCEL_POLL_S = 0.25
+
+
 class EvaluationCancelled(ReefError):
     """The gate stopped waiting for this evaluation (timeout or shutdown)."""
 
@@ -84,7 +90,7 @@ class EvalContext:
              timeout_s: float | None = None) -> dict[str, Any]:
         """Answer a body ``prepare`` returned, as is (``complete`` without the harness step)."""
         if self.cancelled.is_set() or (self.deadline is not None and time.monotonic() >= self.deadline):
-            raise EvaluationCancelled("the evaluation's time is up")
+            raise EvaluationCancelled(_CANCELLED)
         call = InferenceCall(scenario=self.scenario, record_id=f"eval_{uuid.uuid4().hex}", body=prepared,
                              dialect=self.dialect, release=release)
         limit = timeout_s
@@ -98,13 +104,29 @@ class EvalContext:
                            dialect=self.runtime.dialect)
         future = asyncio.run_coroutine_threadsafe(self.runtime.complete(call), self.loop)
         try:
-            answer = future.result(timeout=limit)
+            answer = self._wait(future, limit)
             if self.runtime.dialect != self.dialect:
                 return translate_response(answer, self.runtime.dialect, self.dialect)
             return answer
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise TimeoutError(f"model call took longer than {limit:.0f}s") from None
+
+    def _wait(self, future: concurrent.futures.Future, limit: float | None) -> Any:
+        """``future``'s result within ``limit`` seconds, looking at ``cancelled`` meanwhile: a
+        server that stops mid-evaluation (or a gate that gave up) does not wait for a long
+        generation to end. ``concurrent.futures.TimeoutError`` past ``limit``."""
+        end = None if limit is None else time.monotonic() + limit
+        while True:
+            left = None if end is None else max(end - time.monotonic(), 0.0)
+            try:
+                return future.result(timeout=_CANCEL_POLL_S if left is None else min(left, _CANCEL_POLL_S))
+            except concurrent.futures.TimeoutError:
+                if self.cancelled.is_set():
+                    future.cancel()
+                    raise EvaluationCancelled(_CANCELLED) from None
+                if left is not None and left <= _CANCEL_POLL_S:
+                    raise
 
 
 def run_gate(evaluator: Any, name: str, candidate: Candidate, current: ActiveRelease | None,

@@ -5,14 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..commit.artifacts import copy_artifact
-from ..commit.gate import EvalContext
+from ..commit.gate import EvalContext, EvaluationCancelled
+from ..errors import StepStopped
 from ..types import ActiveRelease
 from .progress import LogProgress
 
@@ -39,6 +41,9 @@ def eval_context(reef: Reef, scenario: str, progress: Any = None) -> EvalContext
                        default_model=model, store=reef.store)
 
 
+_STOPPED = "the growth step was stopped part-way (the server is stopping)"
+
+
 @dataclass
 class RecipeContext:
     """The services a recipe may use while proposing.
@@ -50,6 +55,9 @@ class RecipeContext:
     recipe's resolved options. A recipe that proposes nothing may say why in ``skip_reason``.
     ``lease`` is the growth lease the step holds (None outside a server's step): a recipe that
     keeps a lineage moves its head only inside ``fence()``, with ``lease_token``.
+    ``stopping`` is set when the server stops mid-step: a recipe that runs long looks at it (or
+    hands it to reef-train's ``run_steps(..., stop=ctx.stopping)``) and gives up; from then on
+    ``complete`` and ``fence`` raise ``StepStopped``, so nothing of the step is kept.
     """
 
     scenario: str
@@ -69,6 +77,9 @@ class RecipeContext:
     skip_counts: dict[str, int] | None = None
     #: the growth lease the step holds (``reef_core.grow.lease.Holding``), None without one
     lease: Any = None
+    #: set when the server is stopping and this step should end now (see the class); in a
+    #: server's step it is also the ``cancelled`` event of the context ``complete`` calls through
+    stopping: threading.Event = field(default_factory=threading.Event)
 
     def skip(self, reason: str, kind: str = "other", **counts: int) -> None:
         """Say why ``propose`` returns None: ``reason`` becomes the skipped candidate's reason,
@@ -87,7 +98,9 @@ class RecipeContext:
     def fence(self) -> Iterator[None]:
         """Run the block while the step's growth lease is provably still held with its token
         and cannot change hands (``RecordStore.fenced``); ``LeaseLost`` when it is not. Without
-        a lease the block just runs."""
+        a lease the block just runs. ``StepStopped`` once the step is stopping."""
+        if self.stopping.is_set():
+            raise StepStopped(_STOPPED + "; its lineage did not move")
         if self.lease is None or not hasattr(self.store, "fenced"):
             yield
             return
@@ -97,8 +110,14 @@ class RecipeContext:
     def complete(self, body: dict[str, Any], release: ActiveRelease | None = None, *,
                  timeout_s: float | None = None) -> dict[str, Any]:
         """Call the scenario's runtime from the recipe's thread (body in ``runtime.dialect``),
-        with ``release``'s harness applied when given. Blocks; raises what the runtime raised."""
-        return self._model.complete(body, release, timeout_s=timeout_s)
+        with ``release``'s harness applied when given. Blocks; raises what the runtime raised, and
+        ``StepStopped`` once the step is stopping."""
+        if self.stopping.is_set():
+            raise StepStopped(_STOPPED)
+        try:
+            return self._model.complete(body, release, timeout_s=timeout_s)
+        except EvaluationCancelled:
+            raise StepStopped(_STOPPED) from None
 
     def new_artifact(self, name: str = "artifact") -> Path:
         """A directory in scratch space holding a copy of the current artifact (empty before the

@@ -7,7 +7,9 @@
    not across a restart.
 3. Grow: ``recipe.propose(batch, current, ctx)`` in a thread. If it raises, the
    consumption is released (the experience trained nothing); if it returns None the batch
-   stays consumed (it taught nothing and must not re-trigger forever).
+   stays consumed (it taught nothing and must not re-trigger forever). A server that stops
+   mid-step does not wait for the recipe or the gate to finish (``reef_core.grow.stoppable``):
+   they are asked to stop, and the candidate is settled as an interrupted one (below) at once.
 4. Commit: the gate evaluates fail-closed; its verdict, the evaluation's episodes and — for a
    rejected, undecided or errored candidate — the return of its experience to the pool are
    one transaction. A recipe that keeps a learner lineage (``Recipe.keeps_lineage``) trained its
@@ -73,6 +75,7 @@ from ..store import CandidateRow, LeaseLost, new_id
 from ..types import Candidate, Decision, Evaluation
 from .context import SKIP_KINDS, RecipeContext, eval_context
 from .plan import ScenarioPlan
+from .stoppable import run_stoppable
 
 if TYPE_CHECKING:
     from ..kernel import Reef
@@ -203,9 +206,14 @@ async def _step(reef: Reef, plan: ScenarioPlan, trigger: str, progress: Any, res
         if decision.outcome == "select":
             fault_point("selected")
             await _publish(reef, plan, candidate, head, evaluation, decision, result, lease)
-    except Exception as exc:  # whatever broke, the candidate says so and nothing is published
-        reason = f"growth step failed: {type(exc).__name__}: {exc}"
-        log.exception("%s: %s", scenario, reason)
+    except (Exception, asyncio.CancelledError) as exc:  # whatever broke, the candidate says so, nothing is published
+        stopped = isinstance(exc, asyncio.CancelledError)  # the server is stopping
+        if stopped:
+            reason = "growth step stopped part-way: the server stopped during it"
+            log.warning("%s: candidate %s: %s", scenario, cid, reason)
+        else:
+            reason = f"growth step failed: {type(exc).__name__}: {exc}"
+            log.exception("%s: %s", scenario, reason)
         if row.status == "evaluating":
             # not decided: the experience trained nothing that serves; it returns to the pool
             # under the return rule, and counts as an attempt, so a step that keeps failing
@@ -220,6 +228,8 @@ async def _step(reef: Reef, plan: ScenarioPlan, trigger: str, progress: Any, res
             await _finish(store, row, status="error", decision="error", reason=reason, result=result)
         else:
             result.outcome, result.reason = "error", reason
+        if stopped:
+            raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(staged_dir, ignore_errors=True)
@@ -231,12 +241,14 @@ async def _propose(reef: Reef, plan: ScenarioPlan, batch: Batch, current: Any, r
     """Run the recipe and stage its artifact; None when there is nothing to evaluate (the
     candidate row then says why)."""
     store, recipe_name, recipe = reef.store, plan.recipe_name, plan.recipe
+    model = eval_context(reef, batch.scenario, progress)
     ctx = RecipeContext(scenario=batch.scenario, recipe=recipe_name, runtime=reef.runtime, store=store,
                         scratch_dir=scratch, progress=progress, log=logging.getLogger(f"reef.recipe.{recipe_name}"),
-                        current=current, settings=reef.settings, _model=eval_context(reef, batch.scenario, progress),
-                        lease=lease)
+                        current=current, settings=reef.settings, _model=model, lease=lease,
+                        stopping=model.cancelled)  # a stop also cuts the model call in flight
     try:
-        proposed = await asyncio.to_thread(recipe.propose, batch, current, ctx)
+        proposed = await run_stoppable(recipe.propose, batch, current, ctx, stop=ctx.stopping,
+                                       grace_s=stop_grace_s(reef), name=f"reef-propose-{row.id}")
         if proposed is not None and not isinstance(proposed, Candidate):
             raise TypeError(f"propose returned {type(proposed).__name__}, not a Candidate or None")
         if proposed is not None:
@@ -288,8 +300,9 @@ async def _evaluate(reef: Reef, plan: ScenarioPlan, candidate: Candidate, head: 
                             "not evaluated again")
     else:
         ectx = eval_context(reef, candidate.scenario, progress)
-        evaluation, decision = await asyncio.to_thread(run_gate, plan.evaluator, plan.evaluator_name, candidate,
-                                                       current, ectx, plan.eval_timeout_s)
+        evaluation, decision = await run_stoppable(run_gate, plan.evaluator, plan.evaluator_name, candidate,
+                                                   current, ectx, plan.eval_timeout_s, stop=ectx.cancelled,
+                                                   grace_s=stop_grace_s(reef), name=f"reef-gate-{row.id}")
     result.evaluation = {**evaluation.to_dict(), "decision": decision.outcome, "reason": decision.reason}
     status = STATUS[decision.outcome]
     # one transaction: the verdict, every episode, and (not selected) the experience's return —
@@ -382,6 +395,12 @@ async def _guard_lineage(reef: Reef, candidate: Candidate, evaluation: Evaluatio
             await asyncio.to_thread(reef.store.update_candidate, row.id, artifact=row.artifact)
     except Exception:  # the verdict stands; the next step judges the lineage again
         log.exception("%s: the lineage's divergence guard failed", candidate.scenario)
+
+
+def stop_grace_s(reef: Reef) -> float:
+    """How long a stopping server waits for a recipe's step or an evaluation to notice the stop
+    and end (``server.shutdown_timeout_s``, the bound of its whole drain)."""
+    return float(reef.settings.server.shutdown_timeout_s)
 
 
 def returned_unless_trained(reef: Reef, plan: ScenarioPlan) -> int | None:

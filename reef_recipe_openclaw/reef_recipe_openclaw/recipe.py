@@ -242,7 +242,7 @@ class OpenClawRecipe(Recipe):
             # a TrainerError (the step failed or was lost on Ray) propagates: the candidate fails
             # with its sentence, nothing is published
             result = run_steps(self.trainer, payload, base=base, adapter=adapter, state=learner_dir, output=artifact,
-                               reference=runtime.adapter_of(current))
+                               reference=runtime.adapter_of(current), stop=ctx.stopping)
             bar.advance()
         metrics = result["steps"][0]
         optimizer_steps = metrics.get("steps_detail") or [metrics]

@@ -143,7 +143,7 @@ class SAORecipe(Recipe):
                                   kl_samples=[Sample(r.prompt_ids, r.response_ids, r.logprobs) for r in rollouts]
                                   if bound is not None else None, kl_temperatures=[r.temperature for r in rollouts])
             result = run_steps(self.trainer, payload, base=base, adapter=adapter, state=learner_dir, output=artifact,
-                               reference=runtime.adapter_of(current))
+                               reference=runtime.adapter_of(current), stop=ctx.stopping)
             bar.advance()
         steps, state = result["steps"], result["counters"]
         metrics = step_metrics(steps)

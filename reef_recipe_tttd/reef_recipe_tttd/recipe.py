@@ -158,7 +158,7 @@ class TTTDRecipe(Recipe):
                                   kl_samples=[Sample(r.prompt_ids, r.response_ids, r.logprobs) for r in rows]
                                   if bound is not None else None, kl_temperatures=[r.temperature for r in rows])
             result = run_steps(self.trainer, payload, base=base, adapter=adapter, state=learner_dir, output=artifact,
-                               reference=runtime.adapter_of(current))
+                               reference=runtime.adapter_of(current), stop=ctx.stopping)
             bar.advance()
         metrics.update(result["steps"][0])
         if result.get("kl") is not None:

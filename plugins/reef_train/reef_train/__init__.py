@@ -36,6 +36,8 @@ The pieces, each usable alone:
   ``reef-train[ray]``); a failed or lost step is a ``TrainerError``, never a crash;
   ``base_input`` reads a step's ``base`` input as a ``WorkerBase`` (the served base as the
   worker sees it, for ``load_trainable``);
+* ``stopping`` — ``Stopped``: a step asked to stop (``run_steps(..., stop=event)``, a recipe
+  passes ``ctx.stopping``) ends at its next optimizer step and saves nothing;
 * ``startup`` — ``refuse_untrainable_runtime``, the start-up check a weight recipe makes in a
   server (it uses reef-core, only when called; not re-exported here);
 * ``lineage`` — a weight recipe's steps on its scenario's learner lineage (reef-core's
@@ -77,6 +79,7 @@ from .policy import (
 )
 from .rollout import rollout
 from .sampling import make_generator, sample_rows
+from .stopping import Stopped
 
 __all__ = [
     "Algorithm",
@@ -87,6 +90,7 @@ __all__ = [
     "LoraOptions",
     "Sample",
     "StepPayload",
+    "Stopped",
     "TokenBatch",
     "Trainer",
     "TrainerError",

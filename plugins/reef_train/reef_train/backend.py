@@ -36,11 +36,14 @@ import logging
 import shutil
 import tarfile
 import tempfile
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
+
+from .stopping import stop_on
 
 log = logging.getLogger("reef.train")
 
@@ -135,19 +138,23 @@ class Trainer(ABC):
         self.options = options
 
     @abstractmethod
-    def run(self, fn: TrainStep, payload: Any, *, inputs: Mapping[str, str | Path | None], output: str | Path) -> Any:
+    def run(self, fn: TrainStep, payload: Any, *, inputs: Mapping[str, str | Path | None], output: str | Path,
+            stop: threading.Event | None = None) -> Any:
         """Run ``fn(payload, inputs, output)``; ``output`` (created empty when missing) holds
         what it wrote once this returns. Returns ``fn``'s result. Raises ``TrainerError`` when
-        the backend lost the step, and whatever ``fn`` raised when it runs here."""
+        the backend lost the step, whatever ``fn`` raised when it runs here, and
+        ``reef_train.Stopped`` when ``stop`` was set before the step finished."""
 
 
 class LocalTrainer(Trainer):
     """The step in this process: a plain call (what every recipe did before backends)."""
 
-    def run(self, fn: TrainStep, payload: Any, *, inputs: Mapping[str, str | Path | None], output: str | Path) -> Any:
+    def run(self, fn: TrainStep, payload: Any, *, inputs: Mapping[str, str | Path | None], output: str | Path,
+            stop: threading.Event | None = None) -> Any:
         out = Path(output)
         out.mkdir(parents=True, exist_ok=True)
-        return fn(payload, {k: None if v is None else Path(v) for k, v in inputs.items()}, out)
+        with stop_on(stop):  # the step checks it between optimizer steps (reef_train.stopping)
+            return fn(payload, {k: None if v is None else Path(v) for k, v in inputs.items()}, out)
 
 
 def make_trainer(options: TrainerOptions | Mapping[str, Any] | None = None) -> Trainer:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -43,6 +44,7 @@ from .divergence import kl_to_reference
 from .optim import make_optimizer, optimizer_step
 from .options import LoraOptions
 from .policy import load_tokenizer, load_trainable, save_adapter, seed_everything
+from .stopping import check as check_stop
 
 _log = logging.getLogger("reef.train")
 
@@ -141,7 +143,9 @@ class Learner:
     def optimizer_step(self, loss: torch.Tensor | None = None, *, critic: bool = False) -> float:
         """Back-propagate ``loss`` (None: the gradients are already accumulated), clip the
         gradient norm to ``max_grad_norm`` (None: no clipping), step the policy's optimizer (the
-        critic's with ``critic``) and clear the gradients. Returns the norm before clipping."""
+        critic's with ``critic``) and clear the gradients. Returns the norm before clipping.
+        Raises ``reef_train.Stopped`` instead when the step was asked to stop."""
+        check_stop()
         if critic:
             if self.critic is None or self.critic_optimizer is None:
                 raise RuntimeError(f"the {self.algorithm.recipe} learner has no critic")
@@ -243,9 +247,13 @@ def train_step(payload: StepPayload, inputs: Mapping[str, Path | None], output: 
                       adapter=inputs.get("adapter"), state=inputs.get("learner"),
                       resume_optimizer=payload.resume_optimizer, log=logging.getLogger(f"reef.recipe.{algorithm.recipe}"))
     start = learner.counters["steps"]
-    steps = [learner.step(batch) for batch in payload.batches]
+    steps = []
+    for batch in payload.batches:
+        check_stop()
+        steps.append(learner.step(batch))
     kl = None
     if learner.counters["steps"] > start:
+        check_stop()  # the last point where a stop leaves nothing behind
         if payload.kl_samples:
             kl = kl_to_reference(learner.policy, payload.kl_samples, learner.pad_id, payload.kl_temperatures or 1.0,
                                  reference_adapter=inputs.get("reference"))
@@ -254,15 +262,17 @@ def train_step(payload: StepPayload, inputs: Mapping[str, Path | None], output: 
 
 
 def run_steps(trainer: Trainer, payload: StepPayload, *, base: Any, adapter: str | Path | None,
-              state: str | Path | None, output: str | Path, reference: str | Path | None = None) -> dict[str, Any]:
+              state: str | Path | None, output: str | Path, reference: str | Path | None = None,
+              stop: threading.Event | None = None) -> dict[str, Any]:
     """Run ``train_step`` on ``trainer`` for a recipe's ``propose``: ``base`` is the served base
     (``reef_core.ServedBase``), ``adapter`` and ``state`` what the learner continues from, and
     ``output`` (a candidate's artifact) gets the new ``adapter/`` and ``learner/`` in place of
     the ones it held; ``reference`` is the serving adapter ``payload.kl_samples`` measure the KL
-    to (None: the base). A ``TrainerError`` (the step failed or was lost on Ray) propagates."""
+    to (None: the base). A ``TrainerError`` (the step failed or was lost on Ray) propagates. Once
+    ``stop`` is set (a recipe passes ``ctx.stopping``) the step ends early with ``Stopped``."""
     out = Path(output)
     for part in (ADAPTER_DIR, LEARNER_DIR):  # the step writes them afresh (a remote one over this copy)
         shutil.rmtree(out / part, ignore_errors=True)
     device = getattr(base, "device", None) if trainer.options.backend == "local" else "auto"
-    return trainer.run(train_step, replace(payload, device=device), output=out,
+    return trainer.run(train_step, replace(payload, device=device), output=out, stop=stop,
                        inputs={"base": base.path, "adapter": adapter, "learner": state, "reference": reference})

@@ -10,15 +10,19 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from .backend import Trainer, TrainerError, TrainerOptions, TrainStep, pack_dir, run_shipped, unpack_dir
+from .stopping import Stopped
 
 log = logging.getLogger("reef.train")
 
 _connect_lock = threading.Lock()
+#: how often a wait for a Ray task looks at the caller's stop event (seconds)
+STOP_POLL_S = 0.25
 
 
 def _ray() -> Any:
@@ -71,7 +75,8 @@ class RayTrainer(Trainer):
                 raise TrainerError(f"cannot connect to the Ray cluster at {self.options.address or 'the default address'}: "
                                    f"{type(exc).__name__}: {exc}") from exc
 
-    def run(self, fn: TrainStep, payload: Any, *, inputs: Mapping[str, str | Path | None], output: str | Path) -> Any:
+    def run(self, fn: TrainStep, payload: Any, *, inputs: Mapping[str, str | Path | None], output: str | Path,
+            stop: threading.Event | None = None) -> Any:
         ray, opts = self.ray, self.options
         self.connect()
         out = Path(output)
@@ -87,19 +92,30 @@ class RayTrainer(Trainer):
         else:
             shipped = {k: None if v is None else pack_dir(v) for k, v in inputs.items()}
             ref = ray.remote(run_shipped).options(**task_options).remote(fn, payload, shipped)
-        result, archive = self._wait(ref)
+        result, archive = self._wait(ref, stop)
         if archive is not None:
             unpack_dir(archive, out)
         else:
             out.mkdir(parents=True, exist_ok=True)
         return result
 
-    def _wait(self, ref: Any) -> Any:
-        """The task's value; every way it can fail on the cluster as a ``TrainerError``."""
+    def _wait(self, ref: Any, stop: threading.Event | None = None) -> Any:
+        """The task's value; every way it can fail on the cluster as a ``TrainerError``; once
+        ``stop`` is set the task is cancelled and ``Stopped`` raised."""
         ray, opts = self.ray, self.options
         errors = ray.exceptions
+        deadline = time.monotonic() + opts.timeout_s
         try:
-            return ray.get(ref, timeout=opts.timeout_s)
+            while stop is not None:  # wait in slices, to see the stop
+                left = deadline - time.monotonic()
+                ready, _ = ray.wait([ref], timeout=max(min(STOP_POLL_S, left), 0.0))
+                if ready or left <= 0:
+                    break
+                if stop.is_set():
+                    ray.cancel(ref, force=True)
+                    raise Stopped("the training step was stopped before it finished (its process is stopping); "
+                                  "its Ray task was cancelled and nothing of it was saved")
+            return ray.get(ref, timeout=max(deadline - time.monotonic(), 0.0))
         except errors.GetTimeoutError:
             ray.cancel(ref, force=True)
             raise TrainerError(f"the training step did not finish within trainer.timeout_s={opts.timeout_s:g} s "

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import pytest
 
-from reef_train import LocalTrainer, TrainerError, TrainerOptions, make_trainer
+from reef_train import LocalTrainer, Stopped, TrainerError, TrainerOptions, make_trainer
 from reef_train.backend import pack_dir, unpack_dir
 from reef_train.testing import word_adapter_step
 
@@ -129,6 +130,15 @@ def test_failing_dying_and_overlong_steps_are_trainer_errors(ray_cluster, tmp_pa
     with pytest.raises(TrainerError, match="did not finish within trainer.timeout_s=1 s"):
         make_trainer({"backend": "ray", "timeout_s": 1}).run(_sleeps, 60, inputs={}, output=tmp_path / "c")
     assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists(), "a lost step writes no output"
+    # a stop (the server is stopping) cancels the task at once; a stop never set leaves the timeout as it was
+    stop = threading.Event()
+    threading.Timer(1.0, stop.set).start()
+    with pytest.raises(Stopped, match="Ray task was cancelled"):  # raised only while the task still runs
+        trainer.run(_sleeps, 60, inputs={}, output=tmp_path / "e", stop=stop)
+    assert not (tmp_path / "e").exists()
+    with pytest.raises(TrainerError, match="did not finish within trainer.timeout_s=1 s"):
+        make_trainer({"backend": "ray", "timeout_s": 1}).run(_sleeps, 60, inputs={}, output=tmp_path / "f",
+                                                             stop=threading.Event())
     # the cluster is still usable afterwards
     assert trainer.run(lambda p, i, o: p + 1, 1, inputs={}, output=tmp_path / "d") == 2
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -20,6 +21,7 @@ from reef_train import (
     LoraOptions,
     Sample,
     StepPayload,
+    Stopped,
     WorkerBase,
     collate,
     make_trainer,
@@ -257,3 +259,41 @@ def test_train_step_runs_through_a_backend_into_an_artifact(tiny_model_dir, batc
     assert run_steps(trainer, StepPayload(algorithm, options, [[]]), base=base, adapter=None, state=None,
                      output=tmp_path / "empty")["counters"]["steps"] == 0
     assert not any((tmp_path / "empty").iterdir())
+
+
+_STOP = threading.Event()
+
+
+@dataclass(frozen=True)
+class StopsAt(CriticPG):
+    """CriticPG that asks its own step to stop once the learner has made ``at`` steps (as a
+    server's SIGTERM would, from another thread, at that moment)."""
+
+    at: int = 1
+
+    def step(self, learner, samples):
+        if learner.counters["steps"] == self.at:
+            _STOP.set()
+        return super().step(learner, samples)
+
+
+def test_a_step_asked_to_stop_ends_at_its_next_optimizer_step_and_saves_nothing(tiny_model_dir, batches, tmp_path):
+    options, _ = OPTIONS["adamw with a critic, clipped"]
+    base, trainer = _base(tiny_model_dir), make_trainer(None)
+    head = tmp_path / "head"
+    run_steps(trainer, StepPayload(CriticPG(), options, batches[:1]), base=base, adapter=None, state=None,
+              output=head)
+    saved = {p.relative_to(head): p.read_bytes() for p in head.rglob("*") if p.is_file()}
+    _STOP.clear()
+    with pytest.raises(Stopped, match="stopped before it finished"):  # stopped in its second batch's step
+        run_steps(trainer, StepPayload(StopsAt(at=2), options, batches), base=base, adapter=head / "adapter",
+                  state=head / "learner", output=tmp_path / "next", stop=_STOP)
+    assert not any((tmp_path / "next").rglob("*.safetensors")) and not (tmp_path / "next" / "learner").exists()
+    assert {p.relative_to(head): p.read_bytes() for p in head.rglob("*") if p.is_file()} == saved
+    # set before the step starts: no batch trains; and an event never set changes nothing
+    with pytest.raises(Stopped):
+        run_steps(trainer, StepPayload(CriticPG(), options, batches), base=base, adapter=None, state=None,
+                  output=tmp_path / "never", stop=_STOP)
+    done = run_steps(trainer, StepPayload(CriticPG(), options, batches[:2]), base=base, adapter=None, state=None,
+                     output=tmp_path / "whole", stop=threading.Event())
+    assert done["counters"]["steps"] == 2 and (tmp_path / "whole" / "learner").is_dir()

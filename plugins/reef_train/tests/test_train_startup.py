@@ -9,7 +9,6 @@ import pytest
 
 reef_core = pytest.importorskip("reef_core")
 from reef_core.testing import EchoRuntime  # noqa: E402
-
 from reef_train.startup import refuse_untrainable_runtime  # noqa: E402
 
 
