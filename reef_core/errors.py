@@ -85,5 +85,5 @@ class PublishConflict(ConflictError):
 
 
 class StepStopped(ReefError):
-    """A growth step was stopped part-way because the server is stopping (``RecipeContext.stopping``):
+    """A growth step was stopped part-way because its process is stopping (``RecipeContext.stopping``):
     nothing of it is kept."""

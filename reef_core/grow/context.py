@@ -41,7 +41,7 @@ def eval_context(reef: Reef, scenario: str, progress: Any = None) -> EvalContext
                        default_model=model, store=reef.store)
 
 
-_STOPPED = "the growth step was stopped part-way (the server is stopping)"
+_STOPPED = "the growth step was stopped part-way (its process is stopping)"
 
 
 @dataclass

@@ -209,7 +209,7 @@ async def _step(reef: Reef, plan: ScenarioPlan, trigger: str, progress: Any, res
     except (Exception, asyncio.CancelledError) as exc:  # whatever broke, the candidate says so, nothing is published
         stopped = isinstance(exc, asyncio.CancelledError)  # the server is stopping
         if stopped:
-            reason = "growth step stopped part-way: the server stopped during it"
+            reason = "growth step stopped part-way: its process was told to stop (SIGTERM or Ctrl-C)"
             log.warning("%s: candidate %s: %s", scenario, cid, reason)
         else:
             reason = f"growth step failed: {type(exc).__name__}: {exc}"

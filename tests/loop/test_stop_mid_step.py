@@ -87,7 +87,7 @@ def test_a_signal_mid_step_exits_and_settles_the_candidate(tmp_path, recipe, whe
     try:
         (candidate,) = store.list_candidates("default")
         assert (candidate.status, candidate.decision) == ("error", "error")
-        assert "stopped part-way: the server stopped during it" in candidate.reason
+        assert "stopped part-way: its process was told to stop" in candidate.reason
         counts = store.counts("default")
         # nothing was proposed (training): the batch is free again; evaluated (gate): it returns
         # to the pool under the return rule, this attempt counted
