@@ -14,8 +14,7 @@ from reef_core.testing import FakeUpstream, ReefServer, echo, system_prompt
 # LiteLLM fetches its model price list over the network at import unless told not to
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-import dspy  # noqa: E402
-import litellm  # noqa: E402
+import dspy  # noqa: E402  (it imports LiteLLM when it first calls a model)
 
 DIALECTS = ["openai", "anthropic"]
 MESSAGES = [{"role": "user", "content": "hello receipt"}]
@@ -66,6 +65,8 @@ def test_anthropic_sdk_message_id_is_the_receipt(reefs, upstream):
 
 @pytest.mark.parametrize("upstream", DIALECTS)
 def test_litellm_response_id_is_the_receipt(reefs, upstream):
+    import litellm  # here, not at collection: 3.9 s in every worker for the one test that uses it
+
     reef = reefs[upstream]
     response = litellm.completion(model="openai/fake-model", api_base=f"{reef.url}/v1", api_key="unused",
                                   messages=MESSAGES)
