@@ -32,14 +32,9 @@ def stop_on(event: threading.Event | None) -> Iterator[None]:
         _event.reset(token)
 
 
-def stop_requested() -> bool:
-    """Whether the step running in this context was asked to stop."""
-    event = _event.get()
-    return event is not None and event.is_set()
-
-
 def check() -> None:
     """Raise ``Stopped`` when the step running in this context was asked to stop."""
-    if stop_requested():
+    event = _event.get()
+    if event is not None and event.is_set():
         raise Stopped("the training step was stopped before it finished (its process is stopping); "
                       "nothing of it was saved")
