@@ -266,6 +266,12 @@ class Recipe(ABC):
     #: advances it whatever the gate decides, so the experience of a candidate that is not
     #: published stays consumed (it trained the lineage) instead of returning to the pool
     keeps_lineage: bool = False
+    #: the most full batches one step may take when more than one is eligible (what piled up
+    #: while the last candidate was evaluated): the step hands ``propose`` a whole number of
+    #: batches, up to ``batch_size * max_batches`` experiences, so a recipe whose step trains
+    #: one optimizer step per batch keeps pace with the traffic however long its gate takes
+    #: (1, the default: one batch a step)
+    max_batches: int = 1
 
     @abstractmethod
     def propose(self, batch: Batch, current: ActiveRelease | None, ctx: RecipeContext) -> Candidate | None:

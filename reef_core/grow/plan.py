@@ -43,8 +43,17 @@ class ScenarioPlan:
     def describe(self) -> dict[str, Any]:
         """The plan as the scenario view shows it."""
         return {"recipe": self.recipe_name, "update_target": self.recipe.update_target,
-                "batch_size": self.recipe.batch_size, "filters": [name for name, _ in self.filters],
+                "batch_size": self.recipe.batch_size,
+                "max_batches": max_batches(self.recipe), "filters": [name for name, _ in self.filters],
                 "evaluator": self.evaluator_name}
+
+
+def max_batches(recipe: Any) -> int:
+    """How many full batches one step of ``recipe`` may take (``Recipe.max_batches``, at least 1)."""
+    try:
+        return max(int(getattr(recipe, "max_batches", 1) or 1), 1)
+    except (TypeError, ValueError):
+        return 1
 
 
 def resolve_plan(reef: Reef, scenario: str) -> ScenarioPlan:

@@ -2,7 +2,8 @@
 
 1. Observe: the eligible experience (the pool under the scenario's ``PoolRule``, the
    recipe's and config's filters).
-2. Consume the batch under a fresh candidate (all or nothing, the candidate's row in the same
+2. Consume the batch (``batch_size`` experiences; up to ``max_batches`` whole batches when
+   more are eligible, as after a long evaluation) under a fresh candidate (all or nothing, the candidate's row in the same
    transaction), so no record trains two candidates at the same time — not in two workers,
    not across a restart.
 3. Grow: ``recipe.propose(batch, current, ctx)`` in a thread. If it raises, the
@@ -74,7 +75,7 @@ from ..observe.eligibility import pool_rule
 from ..store import CandidateRow, LeaseLost, new_id
 from ..types import Candidate, Decision, Evaluation
 from .context import SKIP_KINDS, RecipeContext, eval_context
-from .plan import ScenarioPlan
+from .plan import ScenarioPlan, max_batches
 from .stoppable import run_stoppable
 
 if TYPE_CHECKING:
@@ -170,8 +171,8 @@ async def _step(reef: Reef, plan: ScenarioPlan, trigger: str, progress: Any, res
         return
     size = int(recipe.batch_size or 0)
     rule = pool_rule(reef.settings.loop, size)
-    items = await asyncio.to_thread(eligible, store, scenario, list(plan.filters), want=size if size > 0 else None,
-                                    rule=rule)
+    most = size * max_batches(recipe) if size > 0 else None
+    items = await asyncio.to_thread(eligible, store, scenario, list(plan.filters), want=most, rule=rule)
     result.eligible = len(items)
     if not items:
         result.reason = "no eligible experience (reports in the pool passing the filters)"
@@ -179,7 +180,7 @@ async def _step(reef: Reef, plan: ScenarioPlan, trigger: str, progress: Any, res
     if trigger != "manual" and (size <= 0 or len(items) < size):
         result.reason = f"{len(items)} eligible experience(s), batch size is {size}"
         return
-    batch = Batch(scenario, items[:size] if size > 0 else items)
+    batch = Batch(scenario, items[:whole_batches(len(items), size, most)] if size > 0 else items)
 
     cid = new_id("cand")
     head = await asyncio.to_thread(releases.chain.head, scenario)
@@ -395,6 +396,14 @@ async def _guard_lineage(reef: Reef, candidate: Candidate, evaluation: Evaluatio
             await asyncio.to_thread(reef.store.update_candidate, row.id, artifact=row.artifact)
     except Exception:  # the verdict stands; the next step judges the lineage again
         log.exception("%s: the lineage's divergence guard failed", candidate.scenario)
+
+
+def whole_batches(eligible_n: int, size: int, most: int) -> int:
+    """How many of ``eligible_n`` eligible experiences a step takes: as many whole batches of
+    ``size`` as there are, up to ``most``; fewer than one batch (a manual step) takes them all."""
+    if eligible_n < size:
+        return eligible_n
+    return min(eligible_n - eligible_n % size, most)
 
 
 def stop_grace_s(reef: Reef) -> float:

@@ -141,6 +141,7 @@ def check_recipe(recipe: Any, tmp_path: Path, *, batch: Batch | None = None,
     for spec in recipe.filters or ():
         parse_filter_spec(spec)
     assert isinstance(recipe.batch_size, int) and recipe.batch_size >= 0, f"batch_size {recipe.batch_size!r}"
+    assert isinstance(recipe.max_batches, int) and recipe.max_batches >= 1, f"max_batches {recipe.max_batches!r}"
     assert isinstance(recipe.default_evaluator, str) and recipe.default_evaluator, "default_evaluator must name one"
     batch = batch or synthetic_batch()
     make_ctx = context or recipe_context

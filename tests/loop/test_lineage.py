@@ -403,3 +403,29 @@ def test_a_step_that_lost_the_growth_lease_never_advances_the_lineage(tmp_path, 
     assert advanced == [[rpt]]                                   # the batch advanced one lineage once
     heads = {name: Lineages(tmp_path / name / "state").head("default") for name in ("a", "b")}
     assert heads["a"] is None and heads["b"].step == 1 and heads["b"].lease_token is not None
+
+
+class BacklogRecipe(LineageRuleRecipe):
+    """A lineage recipe whose step may take several waiting batches (``max_batches``)."""
+
+    def __init__(self, batch_size: int = 1, max_batches: int = 1):
+        super().__init__(batch_size)
+        self.max_batches = max_batches
+
+
+@pytest.mark.parametrize("max_batches,taken", [(1, [2, 2, 2, 1]), (2, [4, 2, 1]), (3, [6, 1]), (8, [6, 1])])
+def test_a_step_takes_the_whole_batches_waiting_up_to_max_batches(tmp_path, store_url, max_batches, taken):
+    add_plugin("evaluator", "always_reject", AlwaysReject)
+    add_plugin("recipe", "backlog", BacklogRecipe)
+    config = feedback_rules_config(loop_enabled=False, evaluator={"name": "always_reject"})
+    config["recipe"] = {"name": "backlog", "batch_size": 2, "max_batches": max_batches}
+    config["record_store"] = {"url": store_url}
+    reef = build_reef(settings_for(tmp_path, Down, config), get_plugins(), background=False)
+    reports = [_seed(reef.store, f"q{i}", scenario="default")[1] for i in range(7)]
+    steps = grow_steps(reef, len(taken) + 1)
+    recipe = reef.learning.plan("default").recipe
+    # whole batches, oldest first, at most max_batches of them; a manual step takes the odd one left
+    assert [len(b) for b in recipe.batches] == taken
+    assert [r for b in recipe.batches for r in b] == reports
+    assert [s.outcome for s in steps] == ["rejected"] * len(taken) + ["nothing"]
+    assert reef.learning.plan("default").describe()["max_batches"] == max_batches
