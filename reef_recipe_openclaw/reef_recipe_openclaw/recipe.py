@@ -44,6 +44,7 @@ class OpenClawRecipe(Recipe):
     def __init__(
         self,
         batch_size: int = 16,
+        max_batches: int = 1,
         max_staleness: int = lineage.MAX_STALENESS,
         session_ttl_s: float = 900.0,
         max_open_sessions: int = 1000,
@@ -77,8 +78,8 @@ class OpenClawRecipe(Recipe):
         state_dir: str | Path | None = None,
     ):
         problems = []
-        if batch_size < 1 or steps_per_batch < 1:
-            problems.append("batch_size and steps_per_batch must be 1 or more")
+        if batch_size < 1 or steps_per_batch < 1 or max_batches < 1:
+            problems.append("batch_size, max_batches and steps_per_batch must be 1 or more")
         if max_staleness < 0:
             problems.append("max_staleness must be 0 or more")
         if session_ttl_s <= 0 or max_open_sessions < 1:
@@ -113,6 +114,9 @@ class OpenClawRecipe(Recipe):
             raise ValueError("; ".join(problems))
         check_judge_spec(judge)
         self.batch_size = int(batch_size)
+        #: batches one step may take when more are waiting (``Recipe.max_batches``): a learner
+        #: step each, one candidate for the lot
+        self.max_batches = int(max_batches)
         self.max_staleness = int(max_staleness)
         self.judge = judge if judge is not None else {"name": "runtime"}
         #: the runtime records this many top logprobs per response token for this scenario's traffic
@@ -232,7 +236,7 @@ class OpenClawRecipe(Recipe):
         # Each batch's AdamW starts afresh from the lineage head's adapter (the serving one without
         # a lineage), as this recipe always trained: the learner/ gives the counters, not the moments.
         bound = lineage.kl_bound(ctx)  # the divergence guard measures the KL to serving on these turns
-        payload = StepPayload(self.algorithm, self.lora, [[t for _, t in turns]], resume_optimizer=False,
+        payload = StepPayload(self.algorithm, self.lora, self.steps_of([t for _, t in turns]), resume_optimizer=False,
                               kl_samples=[Sample(t.prompt_ids, t.response_ids, t.logprobs) for _, t in turns]
                               if bound is not None else None, kl_temperatures=[t.temperature for _, t in turns])
         adapter, learner_dir, source = lineage.learner_source(head, current, runtime, "openclaw")
@@ -244,8 +248,8 @@ class OpenClawRecipe(Recipe):
             result = run_steps(self.trainer, payload, base=base, adapter=adapter, state=learner_dir, output=artifact,
                                reference=runtime.adapter_of(current), stop=ctx.stopping)
             bar.advance()
-        metrics = result["steps"][0]
-        optimizer_steps = metrics.get("steps_detail") or [metrics]
+        metrics = step_metrics(result["steps"])
+        optimizer_steps = [o for m in result["steps"] for o in (m.get("steps_detail") or [m])]
         if not any(s.get("grad_norm", 0.0) > 0 for s in optimizer_steps):
             # nothing to learn from (no reward and no hint to distil): the lineage stays where it is
             ctx.skip("nothing to learn: the gradient is 0 in every optimizer step (no reward signal and no hint to "
@@ -286,6 +290,11 @@ class OpenClawRecipe(Recipe):
                                                             lags=lags)},
         )
 
+    def steps_of(self, turns: list[TrainTurn]) -> list[list[TrainTurn]]:
+        """The learner steps of one candidate: ``batch_size`` turns each, in order (the last may
+        be short); more than one when the step took a backlog (``max_batches``)."""
+        return [turns[i:i + self.batch_size] for i in range(0, len(turns), self.batch_size)]
+
     def _write_record(self, scenario: str, record: dict[str, Any]) -> None:
         path = self.record_file(scenario)
         if path is None:
@@ -293,6 +302,20 @@ class OpenClawRecipe(Recipe):
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+
+
+def step_metrics(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """One candidate's metrics over its learner steps: the last step's losses and norms, turns
+    and tokens summed, the reward averaged over every turn (not the last step's)."""
+    metrics = dict(steps[-1])
+    if len(steps) > 1:
+        turns = sum(int(m.get("turns", 0)) for m in steps)
+        metrics["reward_mean"] = sum(m["reward_mean"] * int(m.get("turns", 0)) for m in steps) / max(turns, 1)
+        for key in ("turns", "tokens", "opd_turns", "optimizer_steps"):
+            metrics[key] = sum(int(m.get(key, 0)) for m in steps)
+        metrics["learner_steps"] = len(steps)
+        metrics["steps_detail"] = [o for m in steps for o in (m.get("steps_detail") or [m])]
+    return metrics
 
 
 def record_temperature(rec: Any) -> float:

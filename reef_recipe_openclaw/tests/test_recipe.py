@@ -197,3 +197,20 @@ def test_the_summary_reports_every_optimizer_step(tmp_path, trainable_runtime, b
     assert len(detail) == 2 and all(s["grad_norm"] > 0 for s in detail)
     assert "loss by optimizer step " + ", ".join(f"{s['loss']:.4f}" for s in detail) in cand.summary
 
+
+
+def test_a_backlog_of_batches_trains_one_learner_step_each_for_one_candidate(tmp_path, trainable_runtime, batch):
+    """``max_batches``: the kernel hands over the batches that waited (here 2 of 2 turns); each is
+    a learner step of its own, the lineage moves by both, and the metrics cover every turn."""
+    recipe = OpenClawRecipe(lr=1e-3, lora_rank=4, lora_alpha=8, batch_size=2, max_batches=2,
+                            state_dir=tmp_path / "state")
+    assert recipe.max_batches == 2 and OpenClawRecipe().max_batches == 1
+    cand = recipe.propose(batch, None, _context(tmp_path, trainable_runtime))
+    metrics = cand.metadata["openclaw"]["metrics"]
+    assert (metrics["turns"], metrics["learner_steps"], metrics["optimizer_steps"]) == (4, 2, 2)
+    assert metrics["reward_mean"] == pytest.approx((-1.0 + 1.0 + 0.0 + 0.5) / 4)  # every turn, not the last step's
+    assert read_learner_state(cand.artifact_dir / "learner", "openclaw").counters == {"steps": 2, "turns": 4}
+    assert cand.metadata["lineage"]["step"] == 2 and "openclaw lineage step 2: 4 turn(s)" in cand.summary
+    assert "loss by optimizer step " + ", ".join(f"{s['loss']:.4f}" for s in metrics["steps_detail"]) in cand.summary
+    with pytest.raises(ValueError, match="max_batches"):
+        OpenClawRecipe(max_batches=0)
