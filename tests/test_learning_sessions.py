@@ -85,8 +85,8 @@ def test_the_gate_asks_prompts_of_sessions_never_trained_on(seed):
 
 def test_the_learner_is_gated_by_a_task_suite_it_accepts():
     """The learner's config names task_suite (not the recipe's default ``always``) with the held-out
-    prompts, the sessions' sampling and the pass test; the evaluator takes it as the server would,
-    and it can select."""
+    prompts, greedy, and the pass test; the evaluator takes it as the server would, and it can
+    select in its one round."""
     from reef_core.builtins.evaluators import TaskSuiteEvaluator
 
     split = OPENCLAW.split(0, 24)
@@ -96,13 +96,13 @@ def test_the_learner_is_gated_by_a_task_suite_it_accepts():
     assert {k: v for k, v in learner.items() if k != "loop"} == {k: v for k, v in control.items() if k != "loop"}
     options = dict(learner["evaluator"])
     assert options.pop("name") == "task_suite"
-    assert options["params"] == {"temperature": OPENCLAW.temperature, "max_tokens": OPENCLAW.max_tokens}
+    assert options["params"] == {"temperature": 0.0, "max_tokens": OPENCLAW.max_tokens}
     assert [t["prompt"] for t in options["tasks"]] == [t.prompt for t in split.gate]
     assert all(t["grader"] == "regex" for t in options["tasks"])
     evaluator = TaskSuiteEvaluator(**options)
     assert len(evaluator.tasks) == OPENCLAW.gate_tasks
     assert evaluator.sequential and evaluator.selection_problem() is None
-    assert evaluator.planned_rounds(len(evaluator.tasks), options["repeats"], greedy=False) > 1
+    assert evaluator.planned_rounds(len(evaluator.tasks), 1, greedy=True) == 1
     graded = {t["id"]: evaluator.graders["regex"] for t in evaluator.tasks}
     task = evaluator.tasks[0]
     expected = next(t.expected for t in split.gate if t.id == task["id"])
