@@ -37,6 +37,7 @@ from typing import Any
 
 from chat_endpoint import ChatEndpoint
 from learning_tasks import LAST_INTEGER, Grader, Split, Task, addition_problems, fmt_mean_sd, split_tasks
+from lineage_probe import lineage_accuracy
 from session_gate import LoopOutcome, PlainAndShort, gate_tasks_config, loop_outcome
 
 SCENARIO = "bench"
@@ -87,6 +88,11 @@ class SessionBench:
         """The seed's sessions in order (``train``: one first question each) and the gate's
         tasks (``gate``): problems no session asks (``7 + 5`` and ``5 + 7`` are one problem)."""
         return split_tasks(self.problems(), seed, train=sessions or self.sessions, gate=self.gate_tasks, heldout=0)
+
+    def grade(self, reply: str, task: Task) -> float:
+        """1.0 when ``reply`` passes the session (the style and the sum), else 0.0 (the lineage
+        probe grades with it)."""
+        return 1.0 if self.style(reply) and self.correct(reply, task) >= 1.0 else 0.0
 
     @property
     def gate_sampling(self) -> float:
@@ -198,6 +204,22 @@ class SessionSeed:
     loop: LoopOutcome
     settled: bool
     seconds: float
+    #: greedy pass rate on the gate's held-out prompts once learning settled: what the learner
+    #: serves, what the control serves, and the learner's lineage head (None: not measured)
+    heldout: dict[str, float] = field(default_factory=dict)
+    lineage_heldout: float | None = None
+
+
+def heldout_pass_rate(server: Any, bench: SessionBench, tasks: list[Task], pool: ThreadPoolExecutor) -> float:
+    """The share of ``tasks`` whose greedy first reply through ``server`` passes (no session: a
+    held-out prompt never trains)."""
+    def one(task: Task) -> float:
+        _, reply = server.chat([{"role": "user", "content": task.prompt}], temperature=0.0,
+                               max_tokens=bench.max_tokens, headers={"x-reef-tag-bench": "heldout"})
+        return bench.grade(reply or "", task)
+
+    scores = list(pool.map(one, tasks))
+    return sum(scores) / len(scores) if scores else 0.0
 
 
 def run_session(server: Any, bench: SessionBench, task: Task, seed: int, index: int) -> tuple[bool, bool, bool]:
@@ -262,10 +284,23 @@ def run_sessions_seed(bench: SessionBench, seed: int, *, sessions: int, judge: s
         log(f"  seed {seed}: learner candidates {loop.brief()} ({time.monotonic() - start:.0f} s)")
         for line in loop.verdicts:
             log(f"    {line}")
-        return SessionSeed(seed, results["learner"], results["control"], loop, settled, time.monotonic() - start)
+        with ThreadPoolExecutor(CONCURRENCY) as pool:
+            heldout = {side: heldout_pass_rate(server, bench, split.gate, pool) for side, server in servers.items()}
+        snapshot = learner.lineage()
+    # measured with both servers stopped, so the probe has the cores to itself
+    head = lineage_accuracy(snapshot, bench, split.gate, SCENARIO) if runtime.local else None
+    log(f"  seed {seed}: greedy pass rate on the {len(split.gate)} held-out prompts: served {heldout['learner']:.3f}, "
+        f"control {heldout['control']:.3f}, lineage head {'-' if head is None else f'{head:.3f}'} "
+        f"({time.monotonic() - start:.0f} s)")
+    return SessionSeed(seed, results["learner"], results["control"], loop, settled, time.monotonic() - start,
+                       heldout=heldout, lineage_heldout=head)
 
 
 # ------------------------------------------------------------------ the report
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 def _streak(value: int | None) -> str:
@@ -275,6 +310,7 @@ def _streak(value: int | None) -> str:
 def session_table(results: list[SessionSeed], window: int) -> str:
     head = (f"{'seed':>4}  {'3-in-a-row L':>12}  {'3-in-a-row C':>12}  {f'pass@last{window} L':>14}  "
             f"{f'pass@last{window} C':>14}  {'correct L':>9}  {'correct C':>9}  {'style L':>7}  {'style C':>7}  "
+            f"{'held-out L':>10}  {'held-out C':>10}  {'head':>5}  "
             f"{'published':>9}  {'rejected':>8}  {'undecided':>9}  {'lineage':>7}  {'wall':>7}")
     rows = [head, "-" * len(head)]
     for r in results:
@@ -283,6 +319,8 @@ def session_table(results: list[SessionSeed], window: int) -> str:
                     f"{lr.rate(lr.passes, window):>14.3f}  {ct.rate(ct.passes, window):>14.3f}  "
                     f"{lr.rate(lr.correct, window):>9.3f}  {ct.rate(ct.correct, window):>9.3f}  "
                     f"{lr.rate(lr.styled, window):>7.3f}  {ct.rate(ct.styled, window):>7.3f}  "
+                    f"{_rate(r.heldout.get('learner')):>10}  {_rate(r.heldout.get('control')):>10}  "
+                    f"{_rate(r.lineage_heldout):>5}  "
                     f"{r.loop.count('published'):>9}  {r.loop.count('rejected'):>8}  "
                     f"{r.loop.count('undecided'):>9}  {'-' if r.loop.lineage_step is None else r.loop.lineage_step:>7}  "
                     f"{r.seconds / 60:>5.1f} m"

@@ -47,7 +47,9 @@ class LineageSnapshot:
 def lineage_accuracy(snapshot: LineageSnapshot | None, bench: RecipeBench, tasks: list[Task],
                      scenario: str) -> float | None:
     """Greedy held-out accuracy of the lineage head's adapter, or None when there is nothing to
-    measure (no lineage, or a head just reset to serving, which has no checkpoint of its own)."""
+    measure (no lineage, or a head just reset to serving, which has no checkpoint of its own).
+    ``bench``: what grades an answer (``grade(answer, task)``) and its ``max_tokens`` — a
+    ``RecipeBench``, or the session bench's ``SessionBench``."""
     if snapshot is None or snapshot.checkpoint is None or not (snapshot.checkpoint / "adapter").is_dir():
         return None
     return asyncio.run(_accuracy(snapshot.checkpoint, bench, tasks, scenario))

@@ -154,5 +154,15 @@ def test_the_session_table_shows_the_gates_outcomes_and_the_lineage():
     seed = SessionSeed(0, SideResult(passes=[True]), SideResult(passes=[False]),
                        LoopOutcome({"published": 2, "rejected": 5, "undecided": 1}, lineage_step=8), True, 60.0)
     head, _, row = session_table([seed], window=1).splitlines()
-    assert head.split()[-5:] == ["published", "rejected", "undecided", "lineage", "wall"]
-    assert row.split()[-6:] == ["2", "5", "1", "8", "1.0", "m"]
+    assert head.split()[-10:] == ["held-out", "L", "held-out", "C", "head", "published", "rejected", "undecided",
+                                  "lineage", "wall"]
+    assert row.split()[-9:] == ["-", "-", "-", "2", "5", "1", "8", "1.0", "m"]
+    seed.heldout, seed.lineage_heldout = {"learner": 0.25, "control": 0.125}, 0.5
+    assert session_table([seed], window=1).splitlines()[2].split()[-9:-6] == ["0.250", "0.125", "0.500"]
+
+
+def test_the_lineage_probe_grades_a_reply_as_a_session_passes():
+    task = OPENCLAW.split(0, 8).gate[0]
+    assert OPENCLAW.grade(f"It is {task.expected}.", task) == 1.0
+    assert OPENCLAW.grade(f"**{task.expected}**", task) == 0.0               # the style breaks
+    assert OPENCLAW.grade("It is 1000.", task) == 0.0                          # the sum is wrong
