@@ -39,8 +39,12 @@ def learning_line(plan: Any, *, mode: str, loop_enabled: bool = True) -> str:
         state = "learning on" + (" (manual: `reef grow` starts each step): " if mode == "manual" else ": ")
     else:
         state = f"learning off for {scenario!r} (mode {mode}; `reef mode {scenario} auto` resumes it): "
+    from .plan import max_batches  # not at import: plan pulls in the record filters
+
+    most = max_batches(plan.recipe)
+    backlog = f" (up to {plan.recipe.batch_size * most} at once when more wait)" if most > 1 else ""
     return (f"{state}recipe {plan.recipe_name}: {what.rstrip('.')}, a candidate every {plan.recipe.batch_size} "
-            f"eligible report(s) of scenario {scenario!r}; gate: {plan.evaluator_name}, and a candidate it does "
+            f"eligible report(s){backlog} of scenario {scenario!r}; gate: {plan.evaluator_name}, and a candidate it does "
             f"not select is never served. Change it with recipe=NAME evaluator=NAME (reef plugins lists them), "
             f"or stop learning with `{_STOP.format(scenario=scenario)}`")
 

@@ -134,3 +134,13 @@ def test_the_line_says_whether_each_mode_learns_and_how_to_change_it(mode, loop_
     assert line.startswith("learning on") is learns
     assert ("reef mode s auto" in line) is (loop_enabled and not learns)
     assert ("reef grow" in line) is (learns and mode == "manual")
+
+
+def test_the_line_says_when_a_step_takes_the_batches_that_waited():
+    from types import SimpleNamespace
+
+    recipe = FeedbackRulesRecipe(batch_size=4)
+    recipe.max_batches = 3
+    plan = SimpleNamespace(scenario="s", recipe_name="feedback_rules", recipe=recipe, evaluator_name="task_suite")
+    assert "a candidate every 4 eligible report(s) (up to 12 at once when more wait) of scenario 's'" in \
+        learning_line(plan, mode="auto", loop_enabled=True)
