@@ -42,6 +42,8 @@ from session_gate import LoopOutcome, PlainAndShort, gate_tasks_config, loop_out
 
 SCENARIO = "bench"
 CONCURRENCY = 8
+#: how long the last turns of a round take to be judged into reports (the rule-based judge: well under it)
+JUDGED_S = 3.0
 
 # ------------------------------------------------------------------ the student
 
@@ -81,6 +83,10 @@ class SessionBench:
     gate_tasks: int = 16
     #: the gate's sampling temperature (None: the sessions' ``temperature``; 0: greedy)
     gate_temperature: float | None = None
+    #: after each round of sessions, wait up to this many seconds for the learner's loop to take
+    #: what the round taught (its step, gate and hot swap) before the next round (None: the
+    #: sessions run back to back, as fast as the servers answer)
+    pace_s: float | None = None
     settle_timeout_s: float = 600.0
     notes: str = ""
 
@@ -140,6 +146,10 @@ SESSION_RECIPES: dict[str, SessionBench] = {
               "episode_timeout_s": 120, "timeout_s": 1200, "concurrency": 8},
         gate_tasks=48,
         gate_temperature=0.0,
+        # a round of 8 sessions is one batch: the loop trains, gates and swaps before the next round,
+        # as between a deployment's sessions (back to back, 72 sessions took 4 minutes and the loop
+        # finished its first step after the traffic had ended)
+        pace_s=600.0,
         # a gate of 4 rounds takes longer than 600 s on 2 loaded cores (seen in 1-seed runs)
         settle_timeout_s=1200.0,
         notes="binary RL + hindsight distillation from the student's next message (OpenClaw-RL)",
@@ -247,12 +257,13 @@ def server_config(bench: SessionBench, seed: int, split: Split, *, judge: str, j
 
 
 def run_sessions_seed(bench: SessionBench, seed: int, *, sessions: int, judge: str, judge_url: str | None,
-                      runtime: Any, workdir: Path, log: Callable[[str], None]) -> SessionSeed:
+                      runtime: Any, workdir: Path, log: Callable[[str], None], pace: bool = True) -> SessionSeed:
     from learning import ReefProcess, serving
 
     start = time.monotonic()
     split = bench.split(seed, sessions)
     tasks = split.train
+    pace_s = bench.pace_s if pace else None
     learner, control = (ReefProcess(f"seed{seed}-{side}", workdir,
                                     server_config(bench, seed, split, judge=judge, judge_url=judge_url,
                                                   learning=side == "learner"),
@@ -270,6 +281,10 @@ def run_sessions_seed(bench: SessionBench, seed: int, *, sessions: int, judge: s
                         results[side].correct.append(correct)
                         results[side].styled.append(styled)
                 done = i + len(chunk)
+                if pace_s and done < len(tasks):
+                    time.sleep(JUDGED_S)  # the round's last turns are judged off the request path
+                    if not learner.wait_settled(pace_s):
+                        log(f"  seed {seed}: the learner's loop was still busy {pace_s:.0f} s after session {done}")
                 if done % (CONCURRENCY * 3) == 0 or done == len(tasks):
                     loop = learner.loop_state()
                     lr, ct = results["learner"], results["control"]
@@ -278,7 +293,7 @@ def run_sessions_seed(bench: SessionBench, seed: int, *, sessions: int, judge: s
                         f"learner loop {loop.get('state')} after {loop.get('steps', 0)} step(s) "
                         f"({time.monotonic() - start:.0f} s)")
         # the last sessions' turns are judged off the request path: let the loop take what it has
-        time.sleep(3.0)
+        time.sleep(JUDGED_S)
         settled = learner.wait_settled(bench.settle_timeout_s)
         loop = loop_outcome(learner, SCENARIO)
         log(f"  seed {seed}: learner candidates {loop.brief()} ({time.monotonic() - start:.0f} s)")
@@ -360,6 +375,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--budget", type=int, help="sessions per seed (default: the recipe's)")
     parser.add_argument("--judge", choices=["model", "rules"], default="model",
                         help="the served model on its frozen base (the recipe's default) or the rule-based judge")
+    parser.add_argument("--no-pace", dest="pace", action="store_false",
+                        help="run the sessions back to back instead of letting the learner's loop take each round "
+                             "of them before the next")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     return run(args, Runtime.choose(None, None), log=lambda line: print(line, flush=True))
@@ -386,7 +404,11 @@ def run(args: Any, runtime: Any, log: Callable[[str], None] = print) -> int:
     gate = bench.gate
     log(f"gate: {gate['name']} on {bench.gate_tasks} held-out sessions' prompts (a pass: the style and the sum), "
         f"temperature {bench.gate_sampling}, {gate.get('repeats', 'auto')} repeat(s) a round, up to "
-        f"{gate.get('max_episodes', 'auto')} episodes, {gate.get('rule')} at {gate.get('confidence')}")
+        f"{gate.get('max_episodes', 'auto')} episodes, {gate.get('rule')} at {gate.get('confidence')}, margin "
+        f"{gate.get('margin', 0.0):g}")
+    if bench.pace_s and getattr(args, "pace", True):
+        log(f"pacing: after each round of {CONCURRENCY} sessions, up to {bench.pace_s:.0f} s for the learner's loop to "
+            "take what it taught (--no-pace: back to back)")
     start = time.monotonic()
     results = []
     with tempfile.TemporaryDirectory(prefix="reef-bench-sessions-") as tmp, \
@@ -394,7 +416,8 @@ def run(args: Any, runtime: Any, log: Callable[[str], None] = print) -> int:
         for seed in range(args.seeds):
             results.append(run_sessions_seed(bench, seed, sessions=sessions, judge=judge,
                                              judge_url=judge_server.url if judge_server else None,
-                                             runtime=runtime, workdir=Path(tmp), log=log))
+                                             runtime=runtime, workdir=Path(tmp), log=log,
+                                             pace=getattr(args, "pace", True)))
     log("")
     log(session_table(results, window))
     log(session_summary(bench.name, judge, results, window, sessions, (time.monotonic() - start) / 60))

@@ -88,10 +88,15 @@ class LoopOutcome:
 
 
 def verdict(row: Mapping[str, Any]) -> str:
-    """One candidate in a line: its status and, once a ``task_suite`` gate measured it, both
-    sides' mean, the improvement's interval and the rounds it took."""
+    """One candidate in a line: its status, the lineage step it is a snapshot of and the reports
+    it trained on, and, once a ``task_suite`` gate measured it, both sides' mean, the
+    improvement's interval and the rounds it took."""
     m = (row.get("evaluation") or {}).get("metrics") or {}
-    line = f"{str(row.get('id', '?'))[:12]} {row.get('status')}"
+    line = f"{row.get('id', '?')} {row.get('status')}"  # whole: ids of one run share their first 20 characters
+    artifact = row.get("artifact") or {}
+    snapshot = ((artifact.get("metadata") or {}).get("lineage") or {}) if isinstance(artifact, Mapping) else {}
+    if "step" in snapshot:
+        line += f" (lineage step {snapshot['step']}, {artifact.get('reports', '?')} report(s))"
     if "improvement" in m and "interval" in m:
         low, high = m["interval"]
         line += (f": candidate {m.get('candidate_mean', float('nan')):.3f} vs serving "

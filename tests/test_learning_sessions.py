@@ -145,6 +145,8 @@ def test_a_seeds_loop_outcome_counts_candidates_and_reads_the_lineage():
     assert loop.verdicts[0] == ("cand-00 published: candidate 0.500 vs serving 0.250, improvement +0.250 "
                                 "[+0.100, +0.400] after 1 of 4 round(s)")
     assert loop.verdicts[-1] == "cand-07 evaluating"
+    rows[1]["artifact"] = {"reports": 24, "metadata": {"lineage": {"step": 6, "head": "h"}}}
+    assert loop_outcome(_server(rows, None), "bench").verdicts[1] == "cand-01 published (lineage step 6, 24 report(s))"
     none = loop_outcome(_server([], None), "bench")
     assert none.lineage_step is None and none.brief() == ("published 0, rejected 0, undecided 0, other 0; "
                                                           "no lineage")
