@@ -239,7 +239,11 @@ def settle_timeout(bench: RecipeBench, budget: int) -> float:
 
 
 def run_seed(bench: RecipeBench, seed: int, *, budget: int, mode: str | None, runtime: Runtime,
-             workdir: Path, log: Any = print, reflection: dict[str, Any] | None = None) -> SeedResult:
+             workdir: Path, log: Any = print, reflection: dict[str, Any] | None = None,
+             pace_s: float | None = None) -> SeedResult:
+    """One seed; ``pace_s``: after each chunk of traffic, wait up to that long for the learner's
+    loop to take what it can (a full batch is a step, its gate and hot swap) before the next, so
+    what it publishes serves the traffic that follows (None: the traffic runs back to back)."""
     start = time.monotonic()
     split = bench.split(seed, budget, mode)
     configs = {side: server_config(bench, mode, seed, split, learning=side == "learner", reflection=reflection)
@@ -258,6 +262,8 @@ def run_seed(bench: RecipeBench, seed: int, *, budget: int, mode: str | None, ru
                 reward += drive(learner, bench, chunk, pool)
                 drive(control, bench, chunk, pool)
                 done = i + len(chunk)
+                if pace_s and done < len(split.train) and not learner.wait_settled(pace_s):
+                    log(f"  seed {seed}: the learner's loop was still busy {pace_s:.0f} s after report {done}")
                 if done % (CONCURRENCY * 8) == 0 or done == len(split.train):
                     loop = learner.loop_state()
                     log(f"  seed {seed}: {done}/{len(split.train)} reports, traffic reward {reward / done:.3f}, "
@@ -320,6 +326,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle-timeout", type=float, metavar="S",
                         help="seconds to wait for learning to settle after the traffic (default: the recipe's, "
                         "scaled by --budget over the recipe's budget: twice the reports, twice the steps)")
+    parser.add_argument("--pace", type=float, metavar="S",
+                        help="after each chunk of traffic, wait up to S seconds for the learner's loop to take "
+                        "what it can (its step, gate and hot swap) before the next chunk: what it publishes then "
+                        "serves the traffic that follows (default: the traffic runs back to back)")
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in DRIVERS:
         import importlib
@@ -346,13 +356,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"reflection model: {f'{args.reflection_model} at {args.reflection_url}' if reflection else 'the served model'}")
     print(f"runtime {runtime.description}; {args.seeds} seed(s), {budget} reports per seed, "
           f"traffic at temperature {bench.temperature}, {bench.gate_tasks} gate and {bench.heldout_tasks} "
-          "held-out tasks (greedy)", flush=True)
+          "held-out tasks (greedy)"
+          + (f"; paced: the learner's loop takes each chunk of {CONCURRENCY} reports (up to {args.pace:g} s) before "
+             "the next" if args.pace else ""), flush=True)
     start = time.monotonic()
     results = []
     with tempfile.TemporaryDirectory(prefix="reef-bench-learning-") as tmp:
         for seed in range(args.seeds):
             results.append(run_seed(bench, seed, budget=budget, mode=args.mode, runtime=runtime, workdir=Path(tmp),
-                                    log=lambda line: print(line, flush=True), reflection=reflection))
+                                    log=lambda line: print(line, flush=True), reflection=reflection,
+                                    pace_s=args.pace))
     print()
     print(table(results))
     heads = [r.lineage_after for r in results if r.lineage_after is not None]
