@@ -39,6 +39,7 @@ class SAORecipe(Recipe):
         mode: Mode = "sao",
         batch_size: int = 8,
         steps_per_candidate: int = 1,
+        max_batches: int = 1,
         max_staleness: int = lineage.MAX_STALENESS,
         lr: float = 2e-4,
         critic_lr: float = 1e-3,
@@ -61,8 +62,8 @@ class SAORecipe(Recipe):
         problems = []
         if mode not in ("sao", "grpo_dis"):
             problems.append(f"mode must be 'sao' or 'grpo_dis', not {mode!r}")
-        if batch_size < 1 or steps_per_candidate < 1:
-            problems.append("batch_size and steps_per_candidate must be 1 or more")
+        if batch_size < 1 or steps_per_candidate < 1 or max_batches < 1:
+            problems.append("batch_size, steps_per_candidate and max_batches must be 1 or more")
         if max_staleness < 0:
             problems.append("max_staleness must be 0 or more")
         if not critic_lr > 0:
@@ -100,6 +101,9 @@ class SAORecipe(Recipe):
         self.steps_per_candidate = int(steps_per_candidate)
         #: what the kernel hands ``propose``: every step of one candidate
         self.batch_size = self.step_size * self.steps_per_candidate
+        #: whole batches one growth step may take when more are waiting (``Recipe.max_batches``):
+        #: one optimizer step per ``step_size`` rollouts of them all, one candidate
+        self.max_batches = int(max_batches)
         self.max_staleness = int(max_staleness)
         self.n_samples_per_prompt = int(n_samples_per_prompt)
         #: SAO's advantages and loss, run by reef_train's learner
@@ -193,7 +197,7 @@ class SAORecipe(Recipe):
     def steps_of(self, rollouts: list[Rollout]) -> list[list[Rollout]]:
         """The optimizer steps of one candidate: ``batch_size`` rollouts each, in order (the last
         may be short; in ``grpo_dis`` a prompt's group stays in one step)."""
-        if self.steps_per_candidate == 1:
+        if len(rollouts) <= self.step_size:
             return [rollouts]
         if self.mode == "grpo_dis":
             groups: dict[tuple[int, ...], list[Rollout]] = {}

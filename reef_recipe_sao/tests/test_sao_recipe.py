@@ -352,6 +352,19 @@ def test_several_optimizer_steps_make_one_candidate(tmp_path, trainable_runtime,
     assert f"(by step: {per_step[0]} warm-up, {per_step[1]})" in cand.summary
 
 
+def test_a_backlog_of_batches_makes_one_optimizer_step_each(tmp_path, trainable_runtime, batch):
+    """``max_batches``: the kernel hands over the batches that waited (here 2 of 2 rollouts); each
+    is an optimizer step of the one candidate, and the lineage moves by both."""
+    recipe = SAORecipe(batch_size=2, max_batches=2, num_critic_only_steps=0, state_dir=tmp_path / "state")
+    assert (recipe.batch_size, recipe.max_batches, SAORecipe().max_batches) == (2, 2, 1)
+    cand = recipe.propose(Batch(SCENARIO, list(batch)[:4]), None, context(tmp_path, None, trainable_runtime))
+    m = cand.metadata["sao"]
+    assert m["metrics"]["optimizer_steps"] == 2 and m["metrics"]["rollouts_used"] == 4 and m["steps"] == 2
+    assert cand.metadata["lineage"]["step"] == 2
+    with pytest.raises(ValueError, match="max_batches"):
+        SAORecipe(max_batches=0)
+
+
 def test_grpo_dis_uses_groups_of_one_prompt_and_no_critic(tmp_path, trainable_runtime, tiny_model_dir, prompts):
     grouped = sampled_batch(tiny_model_dir, prompts[:2], lambda r: float(r[0] % 2), seed=5, num_samples=4)
     single = sampled_batch(tiny_model_dir, prompts[3:], lambda r: 1.0, seed=6)
