@@ -95,9 +95,10 @@ class SessionBench:
         tasks (``gate``): problems no session asks (``7 + 5`` and ``5 + 7`` are one problem)."""
         return split_tasks(self.problems(), seed, train=sessions or self.sessions, gate=self.gate_tasks, heldout=0)
 
-    def grade(self, reply: str, task: Task) -> float:
-        """1.0 when ``reply`` passes the session (the style and the sum), else 0.0 (the lineage
-        probe grades with it)."""
+    def grade(self, reply: str | None, task: Task) -> float:
+        """1.0 when ``reply`` passes the session (the style and the sum), else 0.0 (the held-out
+        measure and the lineage probe grade with it)."""
+        reply = reply or ""
         return 1.0 if self.style(reply) and self.correct(reply, task) >= 1.0 else 0.0
 
     @property
@@ -220,18 +221,6 @@ class SessionSeed:
     lineage_heldout: float | None = None
 
 
-def heldout_pass_rate(server: Any, bench: SessionBench, tasks: list[Task], pool: ThreadPoolExecutor) -> float:
-    """The share of ``tasks`` whose greedy first reply through ``server`` passes (no session: a
-    held-out prompt never trains)."""
-    def one(task: Task) -> float:
-        _, reply = server.chat([{"role": "user", "content": task.prompt}], temperature=0.0,
-                               max_tokens=bench.max_tokens, headers={"x-reef-tag-bench": "heldout"})
-        return bench.grade(reply or "", task)
-
-    scores = list(pool.map(one, tasks))
-    return sum(scores) / len(scores) if scores else 0.0
-
-
 def run_session(server: Any, bench: SessionBench, task: Task, seed: int, index: int) -> tuple[bool, bool, bool]:
     """One homework session; returns (passed, correct, styled) of the first reply."""
     session = f"s{seed}-{index}-{uuid.uuid4().hex[:6]}"
@@ -258,7 +247,7 @@ def server_config(bench: SessionBench, seed: int, split: Split, *, judge: str, j
 
 def run_sessions_seed(bench: SessionBench, seed: int, *, sessions: int, judge: str, judge_url: str | None,
                       runtime: Any, workdir: Path, log: Callable[[str], None], pace: bool = True) -> SessionSeed:
-    from learning import ReefProcess, serving
+    from learning import ReefProcess, accuracy, serving
 
     start = time.monotonic()
     split = bench.split(seed, sessions)
@@ -300,7 +289,8 @@ def run_sessions_seed(bench: SessionBench, seed: int, *, sessions: int, judge: s
         for line in loop.verdicts:
             log(f"    {line}")
         with ThreadPoolExecutor(CONCURRENCY) as pool:
-            heldout = {side: heldout_pass_rate(server, bench, split.gate, pool) for side, server in servers.items()}
+            # the report bench's held-out measure: greedy, no session (a held-out prompt never trains)
+            heldout = {side: accuracy(server, bench, split.gate, pool) for side, server in servers.items()}
         snapshot = learner.lineage()
     # measured with both servers stopped, so the probe has the cores to itself
     head = lineage_accuracy(snapshot, bench, split.gate, SCENARIO) if runtime.local else None

@@ -168,3 +168,4 @@ def test_the_lineage_probe_grades_a_reply_as_a_session_passes():
     assert OPENCLAW.grade(f"It is {task.expected}.", task) == 1.0
     assert OPENCLAW.grade(f"**{task.expected}**", task) == 0.0               # the style breaks
     assert OPENCLAW.grade("It is 1000.", task) == 0.0                          # the sum is wrong
+    assert OPENCLAW.grade(None, task) == 0.0                                   # no content at all

@@ -50,10 +50,7 @@ class ScenarioPlan:
 
 def max_batches(recipe: Any) -> int:
     """How many full batches one step of ``recipe`` may take (``Recipe.max_batches``, at least 1)."""
-    try:
-        return max(int(getattr(recipe, "max_batches", 1) or 1), 1)
-    except (TypeError, ValueError):
-        return 1
+    return max(int(getattr(recipe, "max_batches", 1)), 1)
 
 
 def resolve_plan(reef: Reef, scenario: str) -> ScenarioPlan:

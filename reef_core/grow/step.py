@@ -3,9 +3,9 @@
 1. Observe: the eligible experience (the pool under the scenario's ``PoolRule``, the
    recipe's and config's filters).
 2. Consume the batch (``batch_size`` experiences; up to ``max_batches`` whole batches when
-   more are eligible, as after a long evaluation) under a fresh candidate (all or nothing, the candidate's row in the same
-   transaction), so no record trains two candidates at the same time — not in two workers,
-   not across a restart.
+   more are eligible, as after a long evaluation) under a fresh candidate (all or nothing, the
+   candidate's row in the same transaction), so no record trains two candidates at the same
+   time — not in two workers, not across a restart.
 3. Grow: ``recipe.propose(batch, current, ctx)`` in a thread. If it raises, the
    consumption is released (the experience trained nothing); if it returns None the batch
    stays consumed (it taught nothing and must not re-trigger forever). A server that stops

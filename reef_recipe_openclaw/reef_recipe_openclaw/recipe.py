@@ -249,7 +249,7 @@ class OpenClawRecipe(Recipe):
                                reference=runtime.adapter_of(current), stop=ctx.stopping)
             bar.advance()
         metrics = step_metrics(result["steps"])
-        optimizer_steps = [o for m in result["steps"] for o in (m.get("steps_detail") or [m])]
+        optimizer_steps = metrics.get("steps_detail") or [metrics]
         if not any(s.get("grad_norm", 0.0) > 0 for s in optimizer_steps):
             # nothing to learn from (no reward and no hint to distil): the lineage stays where it is
             ctx.skip("nothing to learn: the gradient is 0 in every optimizer step (no reward signal and no hint to "

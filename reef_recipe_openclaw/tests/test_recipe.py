@@ -198,7 +198,6 @@ def test_the_summary_reports_every_optimizer_step(tmp_path, trainable_runtime, b
     assert "loss by optimizer step " + ", ".join(f"{s['loss']:.4f}" for s in detail) in cand.summary
 
 
-
 def test_a_backlog_of_batches_trains_one_learner_step_each_for_one_candidate(tmp_path, trainable_runtime, batch):
     """``max_batches``: the kernel hands over the batches that waited (here 2 of 2 turns); each is
     a learner step of its own, the lineage moves by both, and the metrics cover every turn."""
