@@ -49,13 +49,14 @@ packages=()
 while IFS= read -r p; do packages+=("$p"); done < <(scripts/packages.sh --installed)
 stamp="$VENV/.reef-setup-stamp"
 hash=$( (printf '%s\n' "${packages[@]}"
-         cat pyproject.toml "${packages[@]/%//pyproject.toml}" scripts/setup.sh scripts/packages.sh) | sha256sum | cut -d' ' -f1)
+         cat pyproject.toml "${packages[@]/%//pyproject.toml}" scripts/setup.sh scripts/packages.sh scripts/uv-install.py) | sha256sum | cut -d' ' -f1)
 # The embedded model's GGUF (git-ignored, put into plugins/reef_smollm2 by its editable install)
 # is part of the install too: a checkout cleaned of ignored files reinstalls.
 model_ok() { "$VENV/bin/python" -c "import reef_smollm2; reef_smollm2.gguf_path()" >/dev/null 2>&1; }
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$hash" ] || ! model_ok; then
   echo "setup: installing Python packages (torch pinned to the CPU build 2.13.0)"
-  "$VENV/bin/pip" install -q --upgrade pip "setuptools>=68" >/dev/null 2>&1 || true
+  # (wheel: uv builds the sdists among the dependencies without isolation too, and one needs it)
+  "$VENV/bin/pip" install -q --upgrade pip "setuptools>=68" wheel >/dev/null 2>&1 || true
   # Every package builds with setuptools.build_meta and asks for setuptools>=68 only: when that
   # holds, its editable build runs in this venv (--no-build-isolation) instead of a throwaway
   # environment that pip first installs setuptools into, ~1.5 s for each of the 11 builds.
@@ -77,7 +78,14 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$hash" ] || ! model_ok; then
   # --no-compile, then compileall over every core: pip byte-compiles each wheel's modules one
   # file after another as it unpacks them (torch's thousands). The same bytecode, made in
   # parallel afterwards: the whole set-up 17 to 34 s faster on 2 cores (measured on fresh clones).
-  "$VENV/bin/pip" install -qq --no-compile ${isolation[@]+"${isolation[@]}"} "${pkgs[@]}" 2>&1 | { grep -v "is ignored: it is neither" || true; }
+  # uv installs the same packages in a third of the time (9.5 s against 28 s, 2 cores), told
+  # what pip is told (scripts/uv-install.py reads pip's configuration through pip); pip when uv
+  # cannot be had or pip's configuration says what uv would not be told.
+  if "$VENV/bin/pip" install -qq "uv>=0.9,<1" >/dev/null 2>&1 && "$VENV/bin/python" scripts/uv-install.py --check; then
+    "$VENV/bin/python" scripts/uv-install.py -q ${isolation[@]+"${isolation[@]}"} "${pkgs[@]}"
+  else
+    "$VENV/bin/pip" install -qq --no-compile ${isolation[@]+"${isolation[@]}"} "${pkgs[@]}" 2>&1 | { grep -v "is ignored: it is neither" || true; }
+  fi
   # (some packages ship files that are not Python 3, e.g. test data: pip skips them too)
   "$VENV/bin/python" -m compileall -q -j 0 "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
     >/dev/null 2>&1 || true

@@ -28,11 +28,11 @@ def _listed(root: Path, kind: str = "--all") -> list[str]:
 
 
 def _repo_skeleton(tmp: Path) -> Path:
-    """A tree with this repository's scripts/packages.sh, scripts/setup.sh (and the agent-CLI step
-    it runs), pyproject.toml, conftest.py."""
+    """A tree with this repository's scripts/packages.sh, scripts/setup.sh (and the agent-CLI and
+    uv steps it runs), pyproject.toml, conftest.py."""
     root = tmp / "repo"
     (root / "scripts").mkdir(parents=True)
-    for name in ("packages.sh", "setup.sh", "agent-clis.sh"):
+    for name in ("packages.sh", "setup.sh", "agent-clis.sh", "uv-install.py"):
         shutil.copy2(ROOT / "scripts" / name, root / "scripts" / name)
     shutil.copy2(ROOT / "pyproject.toml", root / "pyproject.toml")
     shutil.copy2(ROOT / "conftest.py", root / "conftest.py")
@@ -103,14 +103,19 @@ def test_a_new_package_is_listed_by_where_it_sits(tmp_path):
     assert _listed(root) == ["plugins/reef_aa", "reef_recipe_zz", "examples/reef_recipe_demo"]
 
 
-def test_setup_installs_every_listed_package_with_torch_pinned_and_reinstalls_for_a_new_one(tmp_path):
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_setup_installs_every_listed_package_with_torch_pinned_and_reinstalls_for_a_new_one(tmp_path, installer):
     root = _repo_skeleton(tmp_path)
     _package(root, "plugins/reef_aa")
     _package(root, "examples/reef_recipe_demo")
     venv, log = tmp_path / "venv", tmp_path / "pip.log"
     (venv / "bin").mkdir(parents=True)
-    fakes = {"python": "exit 0", "pip": f'printf "%s\\n" "$*" >> {log}'}
-    for name, body in fakes.items():  # a virtualenv whose pip records what it was asked to install
+    record = f'printf "%s\\n" "$*" >> {log}'
+    # scripts/uv-install.py --check says whether uv can install (3: pip's configuration says what
+    # uv would not be told, and pip installs)
+    check = 'if [ "$1 $2" = "scripts/uv-install.py --check" ]; then exit ' + ("0" if installer == "uv" else "3") + "; fi"
+    fakes = {"python": f"{check}\n{record}", "pip": record}
+    for name, body in fakes.items():  # a virtualenv whose python and pip record what they were asked
         (venv / "bin" / name).write_text(f"#!/bin/sh\n{body}\n")
         (venv / "bin" / name).chmod(stat.S_IRWXU)
     # the agent CLIs' step is asked to skip (it would install them from npm)
@@ -123,6 +128,7 @@ def test_setup_installs_every_listed_package_with_torch_pinned_and_reinstalls_fo
 
     first = setup()
     assert len(first) == 1
+    assert first[0].startswith("scripts/uv-install.py " if installer == "uv" else "install ")
     assert " -e ./plugins/reef_aa" in first[0] and "reef_recipe_demo" not in first[0]
     assert setup() == []  # nothing changed: the stamp holds
     _package(root, "reef_recipe_zz")

@@ -90,8 +90,8 @@ def _fake_checkout(tmp_path: Path) -> Path:
     return tree
 
 
-#: the pytest-xdist options scripts/test gives by default: one worker per core
-XDIST = f"-n {len(os.sched_getaffinity(0))} --dist loadgroup"
+#: the pytest-xdist options scripts/test gives by default: half as many workers again as cores
+XDIST = f"-n {len(os.sched_getaffinity(0)) * 3 // 2} --dist loadgroup"
 
 
 def test_scripts_test_keeps_a_given_postgres_url(tmp_path):

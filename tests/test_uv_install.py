@@ -1,0 +1,83 @@
+"""scripts/uv-install.py: uv is told what pip's configuration tells pip, or not used at all."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "uv-install.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("uv_install", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _pip_env(tmp_path: Path, config: str, **extra: str) -> dict[str, str]:
+    """This environment with pip's configuration replaced by ``config`` (and ``extra`` PIP_* variables)."""
+    path = tmp_path / "pip.conf"
+    path.write_text(config)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    return {**env, "PIP_CONFIG_FILE": str(path), **extra}
+
+
+CONFIG = """[global]
+index-url = https://mirror.example/simple
+extra-index-url = file:///srv/a/simple
+    file:///srv/b/simple
+find-links = /srv/wheels
+trusted-host = mirror.example
+cert = /srv/ca.pem
+constraint = /srv/constraints.txt
+timeout = 60
+"""
+
+
+def test_pip_configuration_becomes_uv_options(tmp_path, monkeypatch):
+    for key, value in _pip_env(tmp_path, CONFIG, PIP_FIND_LINKS="/srv/other-wheels").items():
+        monkeypatch.setenv(key, value)
+    for key in [k for k in os.environ if k.startswith("PIP_") and k not in ("PIP_CONFIG_FILE", "PIP_FIND_LINKS")]:
+        monkeypatch.delenv(key)
+    args, env = _module().uv_arguments()
+    assert args == ["--index-strategy", "unsafe-best-match",
+                    "--index-url", "https://mirror.example/simple",
+                    "--extra-index-url", "file:///srv/a/simple", "--extra-index-url", "file:///srv/b/simple",
+                    # a PIP_* variable wins over the file, as it does for pip
+                    "--find-links", "/srv/other-wheels",
+                    "--constraint", "/srv/constraints.txt",
+                    "--allow-insecure-host", "mirror.example"]
+    assert env == {"SSL_CERT_FILE": "/srv/ca.pem"}  # the timeout changes nothing installed
+
+
+@pytest.mark.parametrize("config, extra, named", [
+    ("[global]\npre = true\n", {}, "pre"),
+    ("[global]\n", {"PIP_ONLY_BINARY": ":all:"}, "format_control"),
+    ("[install]\nno-deps = true\n", {}, "ignore_dependencies"),
+])
+def test_anything_else_pip_is_told_leaves_the_install_to_pip(tmp_path, config, extra, named):
+    checked = subprocess.run([sys.executable, str(SCRIPT), "--check"], env=_pip_env(tmp_path, config, **extra),
+                             capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 3
+    assert checked.stderr.count("\n") == 1 and named in checked.stderr and "installing with pip" in checked.stderr
+
+
+@pytest.mark.skipif(shutil.which("uv", path=os.path.dirname(sys.executable)) is None,
+                    reason="this environment was installed with pip (no uv beside its Python)")
+def test_uv_takes_the_options_it_is_handed(tmp_path):
+    """uv itself accepts every option handed to it: a dry run of what is already installed
+    (offline: nothing is fetched for requirements that are satisfied)."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    config = (f"[global]\nindex-url = {wheels.as_uri()}\nextra-index-url = {wheels.as_uri()}\n"
+              f"find-links = {wheels}\ntrusted-host = localhost\n")
+    done = subprocess.run([sys.executable, str(SCRIPT), "-q", "--dry-run", "--offline", "pip"],
+                          env=_pip_env(tmp_path, config), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
