@@ -43,6 +43,21 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "setup: creating virtualenv $VENV"
   "$PY" -m venv "$VENV"
 fi
+# install ARGS: `pip install ARGS` into the venv, by uv when the venv has it (scripts/setup.sh puts
+# it there) and pip's configuration says nothing uv would not be told (scripts/uv-install.py, which
+# hands uv pip's indexes, find-links and constraints): the same packages in a third of pip's time
+# (Reef, its plugins and torch into a new venv: 9.5 s against 28 s on 2 cores). pip otherwise.
+install() {
+  if [ -x "$VENV/bin/uv" ] && "$VENV/bin/python" scripts/uv-install.py --check; then
+    "$VENV/bin/python" scripts/uv-install.py -q "$@"
+  else
+    # -qq: errors only. With -q every editable build prints setuptools' ~10-line informational
+    # BuildBackendWarning ("Editable installation ...": about 50 lines for the repository's
+    # packages); resolver conflicts and failures are errors and still print.
+    "$VENV/bin/pip" install -qq --no-compile "$@" 2>&1 | { grep -v "is ignored: it is neither" || true; }
+  fi
+}
+
 # Reinstall only when a project file changed: the stamp is a hash of the root pyproject.toml,
 # every installed package's (a new package adds one) and these scripts.
 packages=()
@@ -72,20 +87,12 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$hash" ] || ! model_ok; then
       *) pkgs+=(-e "./$p") ;;
     esac
   done
-  # -qq: errors only. With -q every editable build prints setuptools' ~10-line informational
-  # BuildBackendWarning ("Editable installation ...": about 50 lines for the repository's
-  # packages); resolver conflicts and failures are errors and still print.
-  # --no-compile, then compileall over every core: pip byte-compiles each wheel's modules one
-  # file after another as it unpacks them (torch's thousands). The same bytecode, made in
-  # parallel afterwards: the whole set-up 17 to 34 s faster on 2 cores (measured on fresh clones).
-  # uv installs the same packages in a third of the time (9.5 s against 28 s, 2 cores), told
-  # what pip is told (scripts/uv-install.py reads pip's configuration through pip); pip when uv
-  # cannot be had or pip's configuration says what uv would not be told.
-  if "$VENV/bin/pip" install -qq "uv>=0.9,<1" >/dev/null 2>&1 && "$VENV/bin/python" scripts/uv-install.py --check; then
-    "$VENV/bin/python" scripts/uv-install.py -q ${isolation[@]+"${isolation[@]}"} "${pkgs[@]}"
-  else
-    "$VENV/bin/pip" install -qq --no-compile ${isolation[@]+"${isolation[@]}"} "${pkgs[@]}" 2>&1 | { grep -v "is ignored: it is neither" || true; }
-  fi
+  # uv for install() when it can be had. Neither compiles bytecode as it installs; compileall
+  # then does it over every core (pip byte-compiles each wheel's modules one file after another
+  # as it unpacks them, torch's thousands: compiling afterwards made the set-up 17 to 34 s faster
+  # on 2 cores, measured on fresh clones).
+  "$VENV/bin/pip" install -qq "uv>=0.9,<1" >/dev/null 2>&1 || true
+  install ${isolation[@]+"${isolation[@]}"} "${pkgs[@]}"
   # (some packages ship files that are not Python 3, e.g. test data: pip skips them too)
   "$VENV/bin/python" -m compileall -q -j 0 "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
     >/dev/null 2>&1 || true
@@ -102,7 +109,7 @@ if [ "$want_browser" = 1 ] && ! "$VENV/bin/python" -c "import playwright" >/dev/
   echo "setup: installing Playwright (Python API)"
   isolation=()
   if "$VENV/bin/python" scripts/builds-here.py .; then isolation=(--no-build-isolation); fi
-  "$VENV/bin/pip" install -qq ${isolation[@]+"${isolation[@]}"} -e ".[browser]" 2>&1 | { grep -v "is ignored: it is neither" || true; }
+  install ${isolation[@]+"${isolation[@]}"} -e ".[browser]"
 fi
 
 # ---------------------------------------------------------------- coding-agent CLIs

@@ -114,7 +114,7 @@ def test_setup_installs_every_listed_package_with_torch_pinned_and_reinstalls_fo
     # scripts/uv-install.py --check says whether uv can install (3: pip's configuration says what
     # uv would not be told, and pip installs)
     check = 'if [ "$1 $2" = "scripts/uv-install.py --check" ]; then exit ' + ("0" if installer == "uv" else "3") + "; fi"
-    fakes = {"python": f"{check}\n{record}", "pip": record}
+    fakes = {"python": f"{check}\n{record}", "pip": record, **({"uv": "exit 0"} if installer == "uv" else {})}
     for name, body in fakes.items():  # a virtualenv whose python and pip record what they were asked
         (venv / "bin" / name).write_text(f"#!/bin/sh\n{body}\n")
         (venv / "bin" / name).chmod(stat.S_IRWXU)
