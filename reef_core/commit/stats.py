@@ -119,8 +119,10 @@ def bootstrap_interval(diffs: Sequence[float], *, confidence: float = 0.95, resa
     if all(d == first for d in diffs):  # nothing varies: every resample has this mean
         return float(first), float(first)
     n = len(diffs)
-    rng = random.Random(seed)
-    means = sorted(math.fsum(rng.choices(diffs, k=n)) / n for _ in range(resamples))
+    # one draw of every resample's picks, then the resamples' means: the same random sequence
+    # (and intervals) as a draw per resample, a third less time
+    picks = random.Random(seed).choices(diffs, k=n * resamples)
+    means = sorted(math.fsum(picks[i:i + n]) / n for i in range(0, n * resamples, n))
     z = expanded_z((1.0 - confidence) / 2.0, n)
     tail = 1.0 - NormalDist().cdf(z)
     centre = math.fsum(diffs) / n
