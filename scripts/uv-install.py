@@ -12,11 +12,16 @@ package, as pip does (``--index-strategy unsafe-best-match``).
 
 When pip's configuration sets anything else that uv would not be told (``--pre``, binary-only
 rules, a client certificate, ...), or pip cannot say, this exits 3 without running uv, with one
-line saying why, and setup.sh installs with pip. ``--check`` only makes that decision.
+line saying why, and setup.sh installs with pip. ``--check`` only makes that decision;
+``--options`` prints uv's options and environment as JSON (``{"args": [...], "env": {...}}``)
+for a caller that runs uv itself (the wheel tests): importing pip changes what ``import distutils``
+finds in the importing process (setuptools' shim stands down for pip), so a caller asks this
+script in a process of its own.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -90,6 +95,9 @@ def main(argv: list[str]) -> int:
         print(f"uv-install: {exc}; installing with pip", file=sys.stderr)
         return 3
     if argv[:1] == ["--check"]:
+        return 0
+    if argv[:1] == ["--options"]:
+        print(json.dumps({"uv": uv, "args": args, "env": env}))
         return 0
     command = [uv, "pip", "install", "--python", sys.executable, *args, *argv]
     return subprocess.run(command, env={**os.environ, **env}).returncode

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -12,13 +12,8 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "uv-install.py"
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("uv_install", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+NEEDS_UV = pytest.mark.skipif(shutil.which("uv", path=os.path.dirname(sys.executable)) is None,
+                              reason="this environment was installed with pip (no uv beside its Python)")
 
 
 def _pip_env(tmp_path: Path, config: str, **extra: str) -> dict[str, str]:
@@ -41,12 +36,19 @@ timeout = 60
 """
 
 
-def test_pip_configuration_becomes_uv_options(tmp_path, monkeypatch):
-    for key, value in _pip_env(tmp_path, CONFIG, PIP_FIND_LINKS="/srv/other-wheels").items():
-        monkeypatch.setenv(key, value)
-    for key in [k for k in os.environ if k.startswith("PIP_") and k not in ("PIP_CONFIG_FILE", "PIP_FIND_LINKS")]:
-        monkeypatch.delenv(key)
-    args, env = _module().uv_arguments()
+def _options(env: dict[str, str]) -> dict:
+    """What ``scripts/uv-install.py --options`` says under ``env`` (in a process of its own:
+    importing pip in this one would change what ``import distutils`` finds here)."""
+    asked = subprocess.run([sys.executable, str(SCRIPT), "--options"], env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert asked.returncode == 0, asked.stderr
+    return json.loads(asked.stdout)
+
+
+@NEEDS_UV
+def test_pip_configuration_becomes_uv_options(tmp_path):
+    options = _options(_pip_env(tmp_path, CONFIG, PIP_FIND_LINKS="/srv/other-wheels"))
+    args, env = options["args"], options["env"]
     assert args == ["--index-strategy", "unsafe-best-match",
                     "--index-url", "https://mirror.example/simple",
                     "--extra-index-url", "file:///srv/a/simple", "--extra-index-url", "file:///srv/b/simple",
@@ -57,6 +59,7 @@ def test_pip_configuration_becomes_uv_options(tmp_path, monkeypatch):
     assert env == {"SSL_CERT_FILE": "/srv/ca.pem"}  # the timeout changes nothing installed
 
 
+@NEEDS_UV
 @pytest.mark.parametrize("config, extra, named", [
     ("[global]\npre = true\n", {}, "pre"),
     ("[global]\n", {"PIP_ONLY_BINARY": ":all:"}, "format_control"),
@@ -69,8 +72,7 @@ def test_anything_else_pip_is_told_leaves_the_install_to_pip(tmp_path, config, e
     assert checked.stderr.count("\n") == 1 and named in checked.stderr and "installing with pip" in checked.stderr
 
 
-@pytest.mark.skipif(shutil.which("uv", path=os.path.dirname(sys.executable)) is None,
-                    reason="this environment was installed with pip (no uv beside its Python)")
+@NEEDS_UV
 def test_uv_takes_the_options_it_is_handed(tmp_path):
     """uv itself accepts every option handed to it: a dry run of what is already installed
     (offline: nothing is fetched for requirements that are satisfied)."""

@@ -26,7 +26,6 @@ torch's own dependencies.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -116,19 +115,18 @@ def _lend_torch(venv: Path) -> bool:
 
 
 def _uv_install() -> tuple[str, list[str], dict[str, str]] | None:
-    """uv with the options and environment that tell it what pip is told (scripts/uv-install.py),
-    when scripts/setup.sh installed this environment with uv; None when pip did."""
-    uv = shutil.which("uv", path=os.path.dirname(sys.executable))
-    if uv is None:
+    """uv with the options and environment that tell it what pip is told (scripts/uv-install.py,
+    asked in a process of its own: importing pip here would change what ``import distutils``
+    finds in this worker), when scripts/setup.sh installed this environment with uv; None when
+    pip did."""
+    if shutil.which("uv", path=os.path.dirname(sys.executable)) is None:
         return None
-    spec = importlib.util.spec_from_file_location("uv_install", ROOT / "scripts" / "uv-install.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    try:
-        args, env = module.uv_arguments()
-    except ValueError:
+    asked = subprocess.run([sys.executable, str(ROOT / "scripts" / "uv-install.py"), "--options"],
+                           capture_output=True, text=True, timeout=120)
+    if asked.returncode != 0:
         return None
-    return uv, args, env
+    options = json.loads(asked.stdout)
+    return options["uv"], options["args"], options["env"]
 
 
 def _install(wheelhouse, tmp_path: Path, *requirements: str) -> Path:
