@@ -85,6 +85,12 @@ def reflection_model(url: str | None, model: str | None) -> dict[str, Any] | Non
     return {"url": url, "model": model, "api_key": "${oc.env:REEF_REFLECTION_API_KEY,none}"}
 
 
+def with_gate_traffic(bench: RecipeBench, tasks: int) -> RecipeBench:
+    """``bench`` whose gate also draws up to ``tasks`` tasks from the scenario's scored traffic
+    (``task_suite``'s ``traffic_tasks``: the reports carry the grader's pattern); as it is for 0."""
+    return replace(bench, gate={**bench.gate, "traffic_tasks": tasks}) if tasks else bench
+
+
 def server_config(bench: RecipeBench, mode: str | None, seed: int, split: Split, *, learning: bool,
                   reflection: dict[str, Any] | None = None) -> dict[str, Any]:
     """The YAML config file of one server (everything but the state dir, port and runtime)."""
@@ -330,6 +336,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="after each chunk of traffic, wait up to S seconds for the learner's loop to take "
                         "what it can (its step, gate and hot swap) before the next chunk: what it publishes then "
                         "serves the traffic that follows (default: the traffic runs back to back)")
+    parser.add_argument("--gate-traffic", type=int, metavar="N", default=0,
+                        help="the gate also draws up to N tasks from the learner's own scored traffic, graded by the "
+                        "pattern each report carries (task_suite's traffic_tasks; never the batch being trained on), "
+                        "beside its gate tasks (default: none)")
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in DRIVERS:
         import importlib
@@ -343,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     overrides = {k: v for k, v in (("heldout_tasks", args.heldout), ("gate_tasks", args.gate_tasks)) if v}
     if overrides:
         bench = bench.with_sizes(**overrides)
+    if args.gate_traffic < 0:
+        parser.error("--gate-traffic takes a count of tasks, 0 or more")
+    bench = with_gate_traffic(bench, args.gate_traffic)
     reflection = reflection_model(args.reflection_url, args.reflection_model)
     try:
         bench.recipe_config(args.mode, reflection=reflection)
@@ -355,8 +368,9 @@ def main(argv: list[str] | None = None) -> int:
     if bench.reflection_option:
         print(f"reflection model: {f'{args.reflection_model} at {args.reflection_url}' if reflection else 'the served model'}")
     print(f"runtime {runtime.description}; {args.seeds} seed(s), {budget} reports per seed, "
-          f"traffic at temperature {bench.temperature}, {bench.gate_tasks} gate and {bench.heldout_tasks} "
-          "held-out tasks (greedy)"
+          f"traffic at temperature {bench.temperature}, {bench.gate_tasks} gate"
+          f"{f' (and up to {args.gate_traffic} from the traffic)' if args.gate_traffic else ''} and "
+          f"{bench.heldout_tasks} held-out tasks (greedy)"
           + (f"; paced: the learner's loop takes each chunk of {CONCURRENCY} reports (up to {args.pace:g} s) before "
              "the next" if args.pace else ""), flush=True)
     start = time.monotonic()

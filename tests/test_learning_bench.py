@@ -263,6 +263,27 @@ def test_an_endpoint_run_evolves_the_system_prompt_with_gepa(capsys):
     assert out[-1].startswith("gepa: learner 1.000±0.000 vs control 0.000±0.000 on 6 held-out tasks, "), out[-1]
 
 
+def test_gate_traffic_adds_traffic_tasks_to_the_gate_only():
+    import learning
+
+    bench = RECIPES["sao"]
+    split = bench.split(0)
+    config = learning.server_config(learning.with_gate_traffic(bench, 32), None, 0, split, learning=True)
+    assert config["evaluator"]["traffic_tasks"] == 32
+    assert len(config["evaluator"]["tasks"]) == bench.gate_tasks  # the gate tasks stay as they were
+    assert "traffic_tasks" not in learning.server_config(learning.with_gate_traffic(bench, 0), None, 0, split,
+                                                         learning=True)["evaluator"]
+    assert "traffic_tasks" not in bench.gate  # the registry entry is not changed
+
+
+def test_a_negative_gate_traffic_is_refused(capsys):
+    import learning
+
+    with pytest.raises(SystemExit) as exited:
+        learning.main(["sao", "--gate-traffic", "-1"])
+    assert exited.value.code == 2 and "--gate-traffic takes a count" in capsys.readouterr().err
+
+
 def test_a_reflection_endpoint_goes_into_the_recipe_config_without_its_key():
     import learning
 
