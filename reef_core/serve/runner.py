@@ -121,12 +121,13 @@ class _Supervisor:
         sock = _listen(host, self.settings.server.port)
         log.info("serving on %s with %d worker processes", connect_url(host, self.settings.server.port),
                  self.settings.server.workers)
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in _STOP_SIGNALS:
             signal.signal(sig, self._stop)
         failed = None
         try:
             for _ in range(self.settings.server.workers):
-                self.first.add(self._spawn(sock))
+                if (pid := self._spawn(sock)) is not None:
+                    self.first.add(pid)
             while self.children:
                 try:
                     pid, status = os.wait()
@@ -157,15 +158,28 @@ class _Supervisor:
         if failed:
             raise StartupError(failed)
 
-    def _spawn(self, sock: socket.socket) -> int:
-        pid = os.fork()
-        if pid:
-            self.children[pid] = time.monotonic()
+    def _spawn(self, sock: socket.socket) -> int | None:
+        """Fork a worker; its pid, or None when a stop came in since the caller looked.
+
+        SIGINT and SIGTERM wait (blocked) while the worker is forked and recorded: a stop
+        handled in between would not reach a worker the supervisor does not know yet, and it
+        would wait on that worker for ever (seen once: SIGTERM as a replacement started)."""
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            pid = None if self.stopping else os.fork()
+        except BaseException:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+            raise
+        if pid != 0:
+            if pid is not None:
+                self.children[pid] = time.monotonic()
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # a stop that waited is handled here
             return pid
         code = 0
         try:  # the worker: uvicorn installs its own SIGINT/SIGTERM handlers for a graceful stop
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in _STOP_SIGNALS:
                 signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
             _serve(self.settings, self.plugins, sock)
         except KeyboardInterrupt:
             pass
@@ -186,6 +200,9 @@ class _Supervisor:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -163,6 +163,44 @@ def test_a_replacement_that_fails_to_start_is_started_again(tmp_path):
             proc.kill()
 
 
+_STOPPED_AS_IT_FORKS = textwrap.dedent("""
+    import os, signal, sys, time
+    from types import SimpleNamespace
+    from reef_core.serve import runner
+
+    def serve(settings, plugins, sock):
+        while True:
+            time.sleep(1)
+
+    fork = os.fork
+    def fork_then_stop():  # SIGTERM reaches the supervisor the moment its worker is forked
+        pid = fork()
+        if pid:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return pid
+
+    runner._serve, os.fork = serve, fork_then_stop
+    settings = SimpleNamespace(server=SimpleNamespace(host="127.0.0.1", port=0, workers=1),
+                               auth=SimpleNamespace(tokens=[]))
+    runner._Supervisor(settings, None).run()
+    print("STOPPED", flush=True)
+""")
+
+
+def test_a_stop_as_a_worker_is_forked_reaches_that_worker():
+    """A SIGTERM handled between the fork and the supervisor recording the new worker would not
+    be passed on to it, and the supervisor would wait on it for ever."""
+    proc = subprocess.Popen([sys.executable, "-c", _STOPPED_AS_IT_FORKS], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and "STOPPED" in out, out
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def test_a_first_worker_that_fails_to_start_stops_the_server(tmp_path):
     proc, _ = _supervise(tmp_path, fail={1})
     out, _ = proc.communicate(timeout=60)
