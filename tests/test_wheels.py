@@ -129,10 +129,11 @@ def _uv_install() -> tuple[str, list[str], dict[str, str]] | None:
     return options["uv"], options["args"], options["env"]
 
 
-def _install(wheelhouse, tmp_path: Path, *requirements: str) -> Path:
+def _install(wheelhouse, tmp_path: Path, uv: tuple[str, list[str], dict[str, str]] | None,
+             *requirements: str) -> Path:
     """A new virtualenv under ``tmp_path`` with ``pip install <requirements>`` done; its ``bin``.
 
-    With the installer that set this environment up: uv when it did (the same resolution from
+    With the installer that set this environment up (``uv``, from :func:`_uv_install`): uv when it did (the same resolution from
     the same wheels' metadata and indexes; the torch install 4.6 s against pip's 21.5 s, as uv
     links torch from its cache), else pip, and a pinned torch among the requirements is lent from
     this environment when it can be."""
@@ -142,7 +143,7 @@ def _install(wheelhouse, tmp_path: Path, *requirements: str) -> Path:
     pins = tmp_path / "reef-pins.txt"
     pins.write_text("".join(f"{d}=={p.name.split('-')[1]}\n" for d, p in wheelhouse["wheels"].items()))
     sources = ["--find-links", str(wheelhouse["dir"]), "-c", str(pins)]
-    if uv := _uv_install():
+    if uv:
         binary, options, uv_env = uv
         command = [binary, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), *options, *sources]
         env = _env(**uv_env)
@@ -173,8 +174,10 @@ def installed(wheelhouse, tmp_path_factory):
     torch) are removed when the module's tests are done."""
     def install(name: str) -> tuple[Path, float]:
         started = time.monotonic()
-        return _install(wheelhouse, tmp_path_factory.mktemp(f"venv-{name}"), *INSTALLS[name]), time.monotonic() - started
+        return (_install(wheelhouse, tmp_path_factory.mktemp(f"venv-{name}"), uv, *INSTALLS[name]),
+                time.monotonic() - started)
 
+    uv = _uv_install()  # asked once for both installs
     with ThreadPoolExecutor(len(INSTALLS)) as pool:
         futures = {name: pool.submit(install, name) for name in INSTALLS}
         yield futures
