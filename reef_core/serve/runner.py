@@ -103,6 +103,8 @@ def _serve(settings: Settings, plugins: Plugins, sock: socket.socket | None = No
 #: keep serving; what stopped it may pass, like a store locked by a worker that just died).
 _EARLY_EXIT_S = 5.0
 _RESTART_PAUSE_S = (0.5, 30.0)
+#: what stops the supervisor (and, passed on, its workers)
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class _Supervisor:
@@ -200,9 +202,6 @@ class _Supervisor:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-
-
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def _listen(host: str, port: int) -> socket.socket:
