@@ -257,7 +257,9 @@ def test_automatic_growth_stops_proposing_after_max_attempts(tmp_path):
 
         wait_for(settled, "two rejected attempts")
         time.sleep(1.0)  # the worker would have retried by now
-        loop = settled()
+        # idle again: a trigger's check that finds nothing to do holds the worker's lock for a
+        # moment ("running"), which one read under load once caught
+        loop = wait_for(settled, "the loop idle again")
         assert loop and loop["steps"] == 2 and loop["eligible"] == 0
         assert [c["status"] for c in client.get("/reef/scenarios/default/candidates").json()["candidates"]] \
             == ["rejected", "rejected"]
