@@ -8,7 +8,9 @@ it) and is not re-exported by ``reef_train``: only a recipe that runs in Reef ca
 from __future__ import annotations
 
 import logging
+import shutil
 import tempfile
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +30,13 @@ def lineages_in(state_dir: str | Path | None) -> Lineages:
     bench without one: a temporary directory, gone with the process)."""
     from reef_core import Lineages
 
-    return Lineages(Path(state_dir) if state_dir is not None else Path(tempfile.mkdtemp(prefix="reef-lineage-")))
+    if state_dir is not None:
+        return Lineages(Path(state_dir))
+    root = tempfile.mkdtemp(prefix="reef-lineage-")
+    lineages = Lineages(Path(root))
+    # removed when the lineages are collected, or at the latest when the interpreter exits
+    weakref.finalize(lineages, shutil.rmtree, root, True)
+    return lineages
 
 
 def fencing(ctx: Any) -> dict[str, Any]:

@@ -33,3 +33,16 @@ def test_other_recipes_no_learning_and_exempt_configurations_are_left_alone():
     assert refuse_untrainable_runtime(_reef(untrainable, learning=False), "tttd") is False
     search_only = _reef(untrainable, options={"variant": "search-only"})
     assert refuse_untrainable_runtime(search_only, "tttd", exempt=lambda o: o.get("variant") == "search-only") is False
+
+
+def test_lineages_without_a_state_directory_leave_no_directory_behind():
+    import gc
+
+    from reef_train.lineage import lineages_in
+
+    lineages = lineages_in(None)
+    root = lineages.root.parent  # the temporary state directory
+    assert root.is_dir() and root.name.startswith("reef-lineage-")
+    del lineages
+    gc.collect()
+    assert not root.exists()
