@@ -1,7 +1,8 @@
 """Reef as users install it: built wheels, a fresh virtualenv, no manual step.
 
 The wheels of reef-core, reef-train, reef-smollm2 (the embedded model's GGUF), reef-torch, the
-five recipes (gepa, sao, openclaw, tttd, skillclaw) and the example recipe are built with ``pip wheel`` from copies of the source
+five recipes (gepa, sao, openclaw, tttd, skillclaw) and the example recipe are built (``uv build``
+or ``pip wheel``, tests/wheelhouse.py) from copies of the source
 trees (git's files, so stale ``build/`` directories cannot leak in; with this environment's
 setuptools when it is one their ``[build-system]`` asks for), each without a single build
 warning. Then, each into a new virtualenv (no system site-packages; the other dependencies come
@@ -55,7 +56,7 @@ pytestmark = pytest.mark.xdist_group("wheels")
 def test_every_wheel_builds_without_a_warning(wheelhouse, dist):
     warnings = [line.strip() for line in wheelhouse["logs"][dist].splitlines()
                 if re.search(r"warn", line, re.I) and not HARMLESS.search(line)]
-    assert warnings == [], f"pip wheel {PACKAGES[dist]} warns:\n" + "\n".join(warnings)
+    assert warnings == [], f"building {PACKAGES[dist]} warns:\n" + "\n".join(warnings)
     assert wheelhouse["wheels"][dist].name.endswith("-py3-none-any.whl")
 
 
