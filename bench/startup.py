@@ -8,8 +8,9 @@ packages from its own tree: ``reef_core``, ``plugins/*`` and ``reef_recipe_*`` g
 ``PYTHONPATH``, so a ``--baseline`` tree runs its own recipes too (the bench stops otherwise).
 
 Reported per target, median and minimum of ``--runs``, the runs of the targets interleaved:
-the seconds from process start to exit for ``reef --help``, ``reef config`` and ``reef
-plugins``; for ``reef serve`` (the default config: record-only recipe ``basic``, runtime
+the seconds from process start to exit for ``reef --help``, ``reef config``, ``reef config
+recipe=sao`` (a weight recipe's options checked against its class, which imports no torch) and
+``reef plugins``; for ``reef serve`` (the default config: record-only recipe ``basic``, runtime
 ``upstream`` on the proxy bench's stub) the seconds to the first healthy ``/healthz`` (polled
 every 10 ms; a fresh state dir each time, so each start creates and migrates the store) and the
 RSS then; and for each, the process's CPU seconds (user + system), which a busy machine changes
@@ -39,8 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from proxy_overhead import free_port, status_memory, wait_http  # noqa: E402
 
 ENTRY = "from reef_core.cli import main; main()"
-COMMANDS = {"--help": ("--help",), "config": ("config",), "plugins": ("plugins",)}
-TARGETS_S = {"--help": 0.5, "config": 1.0, "plugins": 1.5, "serve": 1.5}
+COMMANDS = {"--help": ("--help",), "config": ("config",), "config recipe=sao": ("config", "recipe=sao", "evaluator=always"),
+            "plugins": ("plugins",)}
+TARGETS_S = {"--help": 0.5, "config": 1.0, "config recipe=sao": 1.0, "plugins": 1.5, "serve": 1.5}
 
 
 def healthy(port: int) -> bool:
@@ -121,6 +123,8 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path, help="also run Reef from this source tree, alternately")
     ap.add_argument("--no-plugins", action="store_true", help="REEF_PLUGINS= (built-in plugins only)")
     args = ap.parse_args()
+    # a weight recipe is there only with the plugins
+    commands = {c: argv for c, argv in COMMANDS.items() if not (args.no_plugins and "recipe=" in c)}
     root = Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k != "REEF_PLUGINS"}
     env["REEF_TOKEN"] = "sk-reef-startup-bench"
@@ -137,19 +141,19 @@ def main() -> None:
     stub = subprocess.Popen([sys.executable, str(root / "bench" / "proxy_overhead.py"), "--stub", str(stub_port)],
                             env=targets["reef"])
     upstream = f"http://127.0.0.1:{stub_port}"
-    times: dict[str, dict[str, list[float]]] = {name: {c: [] for c in [*COMMANDS, "serve"]} for name in targets}
-    cpu: dict[str, dict[str, list[float]]] = {name: {c: [] for c in [*COMMANDS, "serve"]} for name in targets}
+    times: dict[str, dict[str, list[float]]] = {name: {c: [] for c in [*commands, "serve"]} for name in targets}
+    cpu: dict[str, dict[str, list[float]]] = {name: {c: [] for c in [*commands, "serve"]} for name in targets}
     rss: dict[str, list[float]] = {name: [] for name in targets}
     try:
         if not wait_http(stub_port, "/v1/models", stub):
             raise SystemExit("the stub upstream did not start")
         for name, target_env in targets.items():  # warm the page cache and bytecode; not counted
-            for argv in COMMANDS.values():
+            for argv in commands.values():
                 one_command(target_env, tmp, argv)
             one_start(target_env, tmp / f"{name}-warm" / "state", upstream)
         for i in range(args.runs):
             for name, target_env in targets.items():
-                for command, argv in COMMANDS.items():
+                for command, argv in commands.items():
                     secs, used = one_command(target_env, tmp, argv)
                     times[name][command].append(secs)
                     cpu[name][command].append(used)
@@ -168,7 +172,7 @@ def main() -> None:
           "changes least)")
     header = f"{'command':<21}" + "".join(f"{name + ' wall s':>17}{name + ' CPU s':>12}" for name in targets)
     print(header + (f"{'base/reef wall':>16}{'CPU':>7}" if "base" in targets else "") + f"{'target':>9}")
-    for command in [*COMMANDS, "serve"]:
+    for command in [*commands, "serve"]:
         shown = "reef " + command + (" (healthy)" if command == "serve" else "")
         row = f"{shown:<21}"
         med = {name: statistics.median(times[name][command]) for name in targets}

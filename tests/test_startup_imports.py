@@ -75,10 +75,15 @@ def test_a_command_imports_only_what_it_uses(tmp_path, argv, heavy):
     assert heavy_in(modules, heavy) == []
 
 
-def test_selecting_a_weight_recipe_imports_it(tmp_path):
+@pytest.mark.parametrize("recipe", WEIGHT_RECIPES)
+def test_selecting_a_weight_recipe_imports_it_and_not_its_training_code(tmp_path, recipe):
     """The reference resolves when the configuration names the recipe (its options are checked
-    against its constructor), so laziness costs nothing in correctness."""
-    modules, done = modules_after(tmp_path, "from reef_core.cli import main\nmain()\n", "config", "recipe=sao",
-                                  "evaluator=always")
+    against its constructor), so laziness costs nothing in correctness; the recipe's module
+    imports its training code (torch) and the lineage's store where they run, so checking a
+    configuration that names it (``reef config``, a command reading what a server serves)
+    imports neither."""
+    modules, done = modules_after(tmp_path, "from reef_core.cli import main\nmain()\n", "config",
+                                  f"recipe={recipe}", "evaluator=always")
     assert done.returncode == 0, done.stderr
-    assert "reef_recipe_sao.recipe" in modules and "name: sao" in done.stdout
+    assert f"reef_recipe_{recipe}.recipe" in modules and f"name: {recipe}" in done.stdout
+    assert heavy_in(modules, (*HEAVY, "peft")) == []

@@ -16,19 +16,24 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from reef_core import ActiveRelease, Batch, Candidate, Experience, Recipe, RecipeContext, require_trainable
-from reef_train import LoraOptions, Sample, StepPayload, lineage, read_learner_state, run_steps
+from reef_train import LoraOptions, lineage, read_learner_state
 from reef_train.backend import TrainerError, make_trainer
 
-from .algorithm import OpenClawAlgorithm, TrainTurn
 from .dispatch import dispatch
 from .judge import check_judge_spec, judge_spec
-from .loss import HINT_SELECTIONS
 from .prm import MIN_HINT_CHARS
 from .processor import METADATA_KEY, ProcessorOptions, TurnProcessor, capture_problem
 from .teachers import teacher_prompt_ids
+
+if TYPE_CHECKING:
+    from .algorithm import TrainTurn
+
+# The training code (``.algorithm``, ``.loss``, reef_train's learner: torch) is imported where it
+# runs, not here: checking a configuration's options reads this class's signature (``reef
+# config``, every command that composes a served configuration), which must not cost torch's import.
 
 HintSelection = Literal["shortest", "token_optimal", "sequence_optimal"]
 SubsetMode = Literal["student", "teacher", "overlap"]
@@ -94,6 +99,9 @@ class OpenClawRecipe(Recipe):
             problems.append("w_rl and w_opd must be 0 or more, and not both 0")
         if adv_diff_clip <= 0 or not 0 < clip_low < 1 or clip_high <= 0:
             problems.append("adv_diff_clip and clip_high must be above 0, clip_low in (0, 1)")
+        from .algorithm import OpenClawAlgorithm
+        from .loss import HINT_SELECTIONS
+
         if hint_selection not in HINT_SELECTIONS:
             problems.append(f"hint_selection must be one of {', '.join(HINT_SELECTIONS)}")
         if subset_mode not in ("student", "teacher", "overlap"):
@@ -192,6 +200,8 @@ class OpenClawRecipe(Recipe):
         if entry["lag"] > self.max_staleness:
             return "stale", entry, None
         topk = None if problem else [[int(pair[0]) for pair in tok] for tok in rec.top_logprobs]
+        from .algorithm import TrainTurn
+
         turn = TrainTurn(record_id=rec.id, prompt_ids=list(rec.prompt_token_ids),
                          response_ids=list(rec.response_token_ids), temperature=record_temperature(rec),
                          reward=reward, topk_ids=topk, hints=list(d.teachers),
@@ -199,6 +209,8 @@ class OpenClawRecipe(Recipe):
         return None, entry, turn
 
     def propose(self, batch: Batch, current: ActiveRelease | None, ctx: RecipeContext) -> Candidate | None:
+        from reef_train import Sample, StepPayload, run_steps
+
         head = lineage.continued_head(self.lineages, batch.scenario, current, ctx.log, ctx)
         head, reset = lineage.keep_up(self.lineages, batch.scenario, head, current, self.max_staleness, ctx.log, ctx)
         entries, turns, dropped = [], [], {}

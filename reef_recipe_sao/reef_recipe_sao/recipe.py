@@ -15,13 +15,20 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from reef_core import ActiveRelease, Batch, Candidate, Experience, LineageHead, Recipe, RecipeContext, require_trainable
-from reef_train import LoraOptions, Sample, StepPayload, lineage, read_learner_state, run_steps
+from reef_core import ActiveRelease, Batch, Candidate, Experience, Recipe, RecipeContext, require_trainable
+from reef_train import LoraOptions, lineage, read_learner_state
 from reef_train.backend import TrainerError, make_trainer
 
-from .algorithm import Rollout, SAOAlgorithm
+if TYPE_CHECKING:
+    from reef_core import LineageHead
+
+    from .algorithm import Rollout
+
+# The training code (``.algorithm``, reef_train's learner: torch) is imported where it runs, not
+# here: checking a configuration's options reads this class's signature (``reef config``, every
+# command that composes a served configuration), which must not cost torch's import.
 
 Mode = Literal["sao", "grpo_dis"]
 
@@ -106,6 +113,8 @@ class SAORecipe(Recipe):
         self.max_batches = int(max_batches)
         self.max_staleness = int(max_staleness)
         self.n_samples_per_prompt = int(n_samples_per_prompt)
+        from .algorithm import SAOAlgorithm
+
         #: SAO's advantages and loss, run by reef_train's learner
         self.algorithm = SAOAlgorithm(
             mode=mode, critic_lr=float(critic_lr) if mode == "sao" else None,
@@ -123,6 +132,8 @@ class SAORecipe(Recipe):
     # ------------------------------------------------------------------ propose
 
     def propose(self, batch: Batch, current: ActiveRelease | None, ctx: RecipeContext) -> Candidate | None:
+        from reef_train import Sample, StepPayload, run_steps
+
         head = lineage.continued_head(self.lineages, batch.scenario, current, ctx.log, ctx)
         head, reset = lineage.keep_up(self.lineages, batch.scenario, head, current, self.max_staleness, ctx.log, ctx)
         rollouts, dropped = self.rollouts(batch, head)
@@ -236,6 +247,8 @@ class SAORecipe(Recipe):
         lag = lineage.lag_of(head, rec.release_id)
         if lag > self.max_staleness:
             return "stale", None
+        from .algorithm import Rollout
+
         return None, Rollout(prompt_ids=list(prompt), response_ids=list(response), logprobs=[float(x) for x in logprobs],
                              temperature=record_temperature(rec), reward=float(exp.score), lag=lag,
                              release_id=rec.release_id)

@@ -19,14 +19,20 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reef_core import ActiveRelease, Batch, Candidate, Recipe, RecipeContext, require_trainable
-from reef_train import LoraOptions, Sample, StepPayload, lineage, read_learner_state, run_steps
+from reef_train import LoraOptions, lineage, read_learner_state
 from reef_train.backend import TrainerError, make_trainer
 
-from .algorithm import Rollout, TTTDAlgorithm, reward_stats
 from .grid import GridError, barrier, informative_groups
+
+if TYPE_CHECKING:
+    from .algorithm import Rollout
+
+# The training code (``.algorithm``, reef_train's learner: torch) is imported where it runs, not
+# here: checking a configuration's options reads this class's signature (``reef config``, every
+# command that composes a served configuration), which must not cost torch's import.
 
 VARIANTS = ("tttd", "tttd-mean", "search-only")
 
@@ -74,6 +80,8 @@ class TTTDRecipe(Recipe):
         self.rollouts = int(rollouts_per_group)
         self.batch_size = self.groups * self.rollouts
         self.max_staleness = int(max_staleness)
+        from .algorithm import TTTDAlgorithm
+
         #: TTT-Discover's advantages and loss, run by reef_train's learner
         self.algorithm = TTTDAlgorithm(variant=variant, kl_coef=float(kl_coef),
                                        micro_batch_tokens=int(micro_batch_tokens))
@@ -91,6 +99,10 @@ class TTTDRecipe(Recipe):
         return ["scored", ("tttd_grid", {"groups_per_step": self.groups, "rollouts_per_group": self.rollouts})]
 
     def propose(self, batch: Batch, current: ActiveRelease | None, ctx: RecipeContext) -> Candidate | None:
+        from reef_train import Sample, StepPayload, run_steps
+
+        from .algorithm import reward_stats
+
         try:
             grid = barrier(list(batch), self.groups, self.rollouts)
         except GridError as exc:
@@ -191,6 +203,8 @@ def _rollout(exp: Any) -> Rollout | str:
     if not prompt or not response or logprobs is None or len(logprobs) != len(response):
         return ("its record carries no token ids and sampling logprobs; serve a trainable runtime "
                 "(runtime=local) or use variant=search-only")
+    from .algorithm import Rollout
+
     return Rollout(prompt_ids=list(prompt), response_ids=list(response), logprobs=[float(x) for x in logprobs],
                    reward=float(exp.score), temperature=_temperature(rec))
 
