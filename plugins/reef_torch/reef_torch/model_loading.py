@@ -103,10 +103,11 @@ def convert_gguf(gguf: Path, target: Path) -> Path:
 
 @contextlib.contextmanager
 def _gguf_parsed_once() -> Iterator[None]:
-    """Within the block, ``gguf.GGUFReader`` parses each file once and ``gguf.get_tensor_name_map``
-    builds each table once. Transformers reads the GGUF three times in one conversion (config,
-    tokenizer, weights) and builds gguf's tensor-name table once per module of the model (397
-    times for SmolLM2): 9 of the conversion's 19 s on one core. Both are read-only once built."""
+    """Within the block, ``gguf.GGUFReader`` parses each file once (from a plain array) and
+    ``gguf.get_tensor_name_map`` builds each table once. Transformers reads the GGUF three times
+    in one conversion (config, tokenizer, weights) and builds gguf's tensor-name table once per
+    module of the model (397 times for SmolLM2): 9 of the conversion's 19 s on one core. Both are
+    read-only once built. Parsing from a plain array took the conversion from 7.2 to 4.9 s."""
     try:
         import gguf
     except ImportError:  # transformers says what is missing
@@ -115,10 +116,25 @@ def _gguf_parsed_once() -> Iterator[None]:
     saved = gguf.GGUFReader, gguf.get_tensor_name_map
     readers: dict[tuple[str, str], Any] = {}
 
+    class PlainArrayReader(saved[0]):
+        """Parses a plain ndarray view of the file's memory map: each slice of an ``np.memmap``
+        calls its Python-level ``__array_finalize__``, and the reader slices ~150,000 times for
+        SmolLM2's vocabulary (1.1 of the parse's 1.9 s). The memory map stays the view's base."""
+
+        @property
+        def data(self) -> Any:
+            return self.__dict__["data"]
+
+        @data.setter
+        def data(self, value: Any) -> None:
+            import numpy as np
+
+            self.__dict__["data"] = value.view(np.ndarray) if isinstance(value, np.memmap) else value
+
     def reader(path: str | os.PathLike, mode: str = "r") -> Any:
         key = (os.fspath(path), mode)
         if key not in readers:
-            readers[key] = saved[0](path, mode)
+            readers[key] = PlainArrayReader(path, mode)
         return readers[key]
 
     gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.lru_cache(maxsize=None)(saved[1])

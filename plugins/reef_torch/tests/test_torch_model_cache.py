@@ -119,8 +119,11 @@ def test_bad_options_are_clear(tmp_path):
 def test_a_conversion_parses_the_gguf_once_and_builds_each_name_table_once(tmp_path):
     """Transformers opens the GGUF once for the config, once for the tokenizer and once for the
     weights, and asks gguf for the tensor-name table once per module: within a conversion each
-    is built once, and gguf is left as it was after it."""
+    is built once (the reader from a plain array over the file's memory map, parsing what gguf's
+    own reader parses), and gguf is left as it was after it."""
     gguf = pytest.importorskip("gguf")
+    import numpy as np
+
     path = tmp_path / "tiny.gguf"
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_block_count(2)
@@ -133,6 +136,10 @@ def test_a_conversion_parses_the_gguf_once_and_builds_each_name_table_once(tmp_p
         first = gguf.GGUFReader(path)
         assert gguf.GGUFReader(str(path)) is first  # how transformers calls it, three times
         assert isinstance(first, reader_class) and first.fields["general.architecture"].contents() == "llama"
+        # parsed from a plain array over the memory map (slicing an np.memmap costs a Python call)
+        assert type(first.data) is np.ndarray and isinstance(first.data.base, np.memmap)
+        plain = reader_class(path)
+        assert {k: f.contents() for k, f in first.fields.items()} == {k: f.contents() for k, f in plain.fields.items()}
         table = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
         assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2) is table
         assert table.get_name("model.layers.1.self_attn.q_proj") == "blk.1.attn_q"
