@@ -87,3 +87,17 @@ def test_selecting_a_weight_recipe_imports_it_and_not_its_training_code(tmp_path
     assert done.returncode == 0, done.stderr
     assert f"reef_recipe_{recipe}.recipe" in modules and f"name: {recipe}" in done.stdout
     assert heavy_in(modules, (*HEAVY, "peft")) == []
+
+
+def test_reef_releases_answered_by_a_running_server_imports_no_store(tmp_path):
+    """With a server to ask (``REEF_URL``), ``reef releases`` reads the chain over HTTP: the store
+    (SQLAlchemy) is for when no server answers."""
+    from reef_core.testing import FakeUpstream, ReefServer
+
+    with FakeUpstream("openai") as up, ReefServer(tmp_path / "served", upstream=up) as server:
+        code = (f"import os\nos.environ['REEF_URL'] = {server.url!r}\n"
+                "from reef_core.cli import main\nmain()\n")
+        modules, done = modules_after(tmp_path, code, "releases", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [] and "sent to the running server" in done.stderr
+    assert heavy_in(modules) == []

@@ -46,14 +46,14 @@ def releases(config_file: str | None, scenario: str | None, as_json: bool, url: 
     from rich.console import Console
     from rich.table import Table
 
-    from ..store import to_json
-
     settings, plugins, server = load_with_server(overrides, config_file, url, token)
     scenario = scenario_or_default(scenario, settings, server)
     if server is not None:
         say_via(server, settings, scenario)
         rows = server.releases(scenario)
     else:
+        from ..store import to_json  # the store only when no server answers for it
+
         reef = local_kernel(settings, plugins, force=force, read_only=True)
         try:
             reef.releases.chain.reconcile()
