@@ -74,6 +74,19 @@ class Runtime:
         return cls(("runtime=upstream",), f"upstream ({model} at {endpoint})",
                    {"upstream_url": endpoint, "model": model})
 
+    @classmethod
+    def local_model(cls, model: str | None, device: str = "auto") -> Runtime:
+        """reef-torch serving (and training) the embedded SmolLM2-135M, or the local Hugging Face
+        model directory ``model`` instead (a capable one, e.g. on a GPU machine), on ``device``.
+        Only the embedded model is ``local`` (what the in-process lineage probe decodes with)."""
+        if model is None and device == "auto":
+            return cls.choose(None, None)
+        if model is not None and not os.path.isdir(model):
+            raise SystemExit(f"Error: --model {model!r} is not a directory (a local Hugging Face model)")
+        name = model or "the embedded SmolLM2-135M-Instruct"
+        return cls(("runtime=local",), f"local ({name} on {device}, reef-torch)",
+                   {**({"model": model} if model else {}), "device": device})
+
 
 def reflection_model(url: str | None, model: str | None) -> dict[str, Any] | None:
     """The recipe's reflection model at ``--reflection-url``; the key is read by the server from

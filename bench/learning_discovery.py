@@ -247,11 +247,7 @@ def parse(argv: list[str]) -> tuple[DiscoveryBench, int]:
 
 def local_runtime(bench: DiscoveryBench, runtime_cls: Any) -> Any:
     """Both servers' runtime: reef-torch serving the embedded SmolLM2-135M, or ``--model``."""
-    if bench.model is None and bench.device == "auto":
-        return runtime_cls.choose(None, None)
-    model = bench.model or "the embedded SmolLM2-135M-Instruct"
-    return runtime_cls(("runtime=local",), f"local ({model} on {bench.device}, reef-torch)",
-                       {**({"model": bench.model} if bench.model else {}), "device": bench.device})
+    return runtime_cls.local_model(bench.model, bench.device)
 
 
 def main(argv: list[str]) -> int:

@@ -22,6 +22,10 @@ The judge is the recipe's default (the served model on its frozen base) or, with
 the student's next message (thanks: +1, a correction: −1 with a hint that restates it as an
 instruction). It answers in the recipe's judge format (``\\boxed{}``, hint markers) through the
 same ``openai`` judge interface as any model would, so it measures the learner, not the judge.
+
+``--model DIR`` serves and trains a local Hugging Face model instead of the embedded SmolLM2-135M
+(``--device`` where it runs): a session passes only with the correct sum, which the 135M model
+gets about a fifth of the time, so "3 passes in a row" needs a more capable model.
 """
 
 from __future__ import annotations
@@ -351,7 +355,8 @@ def session_summary(name: str, judge: str, results: list[SessionSeed], window: i
 
 
 def main(argv: list[str]) -> int:
-    """``bench/learning.py openclaw [--seeds 3] [--budget SESSIONS] [--judge model|rules]``."""
+    """``bench/learning.py openclaw [--seeds 3] [--budget SESSIONS] [--judge model|rules]
+    [--model DIR] [--device cuda]``."""
     import argparse
     import signal
     import sys
@@ -368,9 +373,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--no-pace", dest="pace", action="store_false",
                         help="run the sessions back to back instead of letting the learner's loop take each round "
                              "of them before the next")
+    parser.add_argument("--model", default=None, metavar="DIR",
+                        help="a local Hugging Face model directory to serve and train instead of the embedded "
+                             "SmolLM2-135M (a capable model, e.g. on a GPU machine: the student's sums need one)")
+    parser.add_argument("--device", default="auto", help="where that model runs: auto, cpu, cuda, cuda:1 ...")
     args = parser.parse_args(argv)
+    runtime = Runtime.local_model(args.model, args.device)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    return run(args, Runtime.choose(None, None), log=lambda line: print(line, flush=True))
+    return run(args, runtime, log=lambda line: print(line, flush=True))
 
 
 def run(args: Any, runtime: Any, log: Callable[[str], None] = print) -> int:

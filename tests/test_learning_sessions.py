@@ -169,3 +169,21 @@ def test_the_lineage_probe_grades_a_reply_as_a_session_passes():
     assert OPENCLAW.grade(f"**{task.expected}**", task) == 0.0               # the style breaks
     assert OPENCLAW.grade("It is 1000.", task) == 0.0                          # the sum is wrong
     assert OPENCLAW.grade(None, task) == 0.0                                   # no content at all
+
+
+def test_model_flag_serves_and_trains_a_local_model_directory(tmp_path, monkeypatch):
+    import signal
+
+    import learning_sessions
+
+    seen = {}
+    monkeypatch.setattr(signal, "signal", lambda *args: None)  # main's SIGTERM handler, not this worker's
+    monkeypatch.setattr(learning_sessions, "run", lambda args, runtime, log: seen.setdefault("runtime", runtime) and 0)
+    learning_sessions.main(["openclaw", "--model", str(tmp_path), "--device", "cuda"])
+    runtime = seen.pop("runtime")
+    assert runtime.overrides == ("runtime=local",) and runtime.options == {"model": str(tmp_path), "device": "cuda"}
+    assert not runtime.local  # the in-process lineage probe decodes with the embedded model only
+    learning_sessions.main(["openclaw"])
+    assert seen.pop("runtime").local  # the embedded model by default
+    with pytest.raises(SystemExit, match="not a directory"):
+        learning_sessions.main(["openclaw", "--model", str(tmp_path / "missing")])
