@@ -13,10 +13,10 @@ package, as pip does (``--index-strategy unsafe-best-match``).
 When pip's configuration sets anything else that uv would not be told (``--pre``, binary-only
 rules, a client certificate, ...), or pip cannot say, this exits 3 without running uv, with one
 line saying why, and setup.sh installs with pip. ``--check`` only makes that decision;
-``--options`` prints uv's options and environment as JSON (``{"args": [...], "env": {...}}``)
-for a caller that runs uv itself (the wheel tests): importing pip changes what ``import distutils``
-finds in the importing process (setuptools' shim stands down for pip), so a caller asks this
-script in a process of its own.
+``--options`` prints uv, its options and its environment as JSON (``{"uv": path, "args": [...],
+"env": {...}}``) for a caller that runs uv itself (the wheel tests): importing pip changes what
+``import distutils`` finds in the importing process (setuptools' shim stands down for pip), so a
+caller asks this script in a process of its own.
 """
 
 from __future__ import annotations

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.wheelhouse import ask_uv_options, setup_uv
+
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "uv-install.py"
-NEEDS_UV = pytest.mark.skipif(shutil.which("uv", path=os.path.dirname(sys.executable)) is None,
+NEEDS_UV = pytest.mark.skipif(setup_uv() is None,
                               reason="this environment was installed with pip (no uv beside its Python)")
 
 
@@ -37,10 +38,8 @@ timeout = 60
 
 
 def _options(env: dict[str, str]) -> dict:
-    """What ``scripts/uv-install.py --options`` says under ``env`` (in a process of its own:
-    importing pip in this one would change what ``import distutils`` finds here)."""
-    asked = subprocess.run([sys.executable, str(SCRIPT), "--options"], env=env, capture_output=True, text=True,
-                           timeout=120)
+    """What ``scripts/uv-install.py --options`` says under ``env``."""
+    asked = ask_uv_options(env)
     assert asked.returncode == 0, asked.stderr
     return json.loads(asked.stdout)
 

@@ -44,7 +44,7 @@ import httpx
 import pytest
 
 from reef_core.testing import FakeUpstream, last_user_text, system_prompt
-from tests.wheelhouse import HARMLESS, PACKAGES, ROOT, build_requirements, builds_here
+from tests.wheelhouse import HARMLESS, PACKAGES, ROOT, ask_uv_options, build_requirements, builds_here, setup_uv
 from tests.wheelhouse import child_env as _env
 
 # the wheelhouse fixture (tests/conftest.py) is built once per run; the wheel tests share one
@@ -116,14 +116,11 @@ def _lend_torch(venv: Path) -> bool:
 
 
 def _uv_install() -> tuple[str, list[str], dict[str, str]] | None:
-    """uv with the options and environment that tell it what pip is told (scripts/uv-install.py,
-    asked in a process of its own: importing pip here would change what ``import distutils``
-    finds in this worker), when scripts/setup.sh installed this environment with uv; None when
-    pip did."""
-    if shutil.which("uv", path=os.path.dirname(sys.executable)) is None:
+    """uv with the options and environment that tell it what pip is told (scripts/uv-install.py),
+    when scripts/setup.sh installed this environment with uv; None when pip did."""
+    if setup_uv() is None:
         return None
-    asked = subprocess.run([sys.executable, str(ROOT / "scripts" / "uv-install.py"), "--options"],
-                           capture_output=True, text=True, timeout=120)
+    asked = ask_uv_options()
     if asked.returncode != 0:
         return None
     options = json.loads(asked.stdout)
@@ -134,10 +131,10 @@ def _install(wheelhouse, tmp_path: Path, uv: tuple[str, list[str], dict[str, str
              *requirements: str) -> Path:
     """A new virtualenv under ``tmp_path`` with ``pip install <requirements>`` done; its ``bin``.
 
-    With the installer that set this environment up (``uv``, from :func:`_uv_install`): uv when it did (the same resolution from
-    the same wheels' metadata and indexes; the torch install 4.6 s against pip's 21.5 s, as uv
-    links torch from its cache), else pip, and a pinned torch among the requirements is lent from
-    this environment when it can be."""
+    With the installer that set this environment up (``uv``, from :func:`_uv_install`): uv when
+    it did (the same resolution from the same wheels' metadata and indexes; the torch install
+    4.6 s against pip's 21.5 s, as uv links torch from its cache), else pip, and a pinned torch
+    among the requirements is lent from this environment when it can be."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=_env(), timeout=300)
     # Our distributions come from the wheelhouse, never from an index that might hold a namesake.

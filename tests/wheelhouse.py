@@ -49,6 +49,19 @@ def child_env(**extra: str) -> dict[str, str]:
     return {**env, "PIP_DISABLE_PIP_VERSION_CHECK": "1", **extra}
 
 
+def setup_uv() -> str | None:
+    """uv beside this environment's Python, where scripts/setup.sh put it to install with; None
+    when setup installed with pip."""
+    return shutil.which("uv", path=os.path.dirname(sys.executable))
+
+
+def ask_uv_options(env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``scripts/uv-install.py --options`` (uv's options and environment, as JSON), asked in a
+    process of its own: importing pip in this one would change what ``import distutils`` finds."""
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "uv-install.py"), "--options"], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
 def copy_sources(rel: str, dest: Path) -> None:
     """Copy what git tracks (or would track) of package ``rel`` into ``dest``."""
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", rel],
@@ -105,7 +118,7 @@ def build_wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]
     isolation = ["--no-build-isolation"] if builds_here() else []
     # uv builds only without isolation: an isolated build would fetch setuptools with pip's
     # configuration, which uv does not read (scripts/uv-install.py hands it over for installs)
-    uv = shutil.which("uv", path=os.path.dirname(sys.executable)) if isolation else None
+    uv = setup_uv() if isolation else None
 
     def build(dist: str) -> subprocess.CompletedProcess:
         src = tmp / "src" / dist
