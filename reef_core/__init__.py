@@ -17,6 +17,8 @@ from .contracts import (
     Runtime,
     ServedBase,
     TrainableBase,
+    option_problems,
+    refuse_bad_options,
     require_trainable,
     trainable_base,
 )
@@ -72,6 +74,9 @@ __all__ = [
     "TrainableBase",
     "require_trainable",
     "trainable_base",
+    # a plugin class's own check of its option values
+    "option_problems",
+    "refuse_bad_options",
     # values plugins receive and return
     "ActiveRelease",
     "Batch",

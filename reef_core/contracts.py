@@ -391,6 +391,40 @@ CONTRACTS: dict[str, type] = {
     "artifact_store": ArtifactStore,
 }
 
+# --------------------------------------------------------------------------- options
+
+
+def option_problems(cls: Any, options: Mapping[str, Any]) -> list[str]:
+    """What a plugin class says is wrong with ``options`` (its constructor's keyword arguments,
+    defaults filled in) before it is built: ``cls.option_problems(options)``, or none.
+
+    Any plugin class may define the classmethod ``option_problems(options) -> list[str]``: the
+    problems of the values that their annotations cannot express (ranges, choices, combinations),
+    one sentence each, found without building anything heavy (no model, no torch import). The
+    kernel asks it when it checks a configuration (``reef config`` and every command that
+    composes one), so a value ``reef serve`` would refuse exits 2 there too; the constructor
+    asks it as well (``refuse_bad_options``), so both say the same sentence. A ``TypeError`` or
+    ``ValueError`` it raises counts as one problem. The kernel probes for this member (the class
+    exists before any object does), unlike the instance members above."""
+    own = getattr(cls, "option_problems", None)
+    if not callable(own):
+        return []
+    try:
+        return [str(p) for p in own(dict(options))]
+    except (TypeError, ValueError) as exc:
+        return [" ".join(str(exc).split()) or type(exc).__name__]
+
+
+def refuse_bad_options(cls: Any, values: Mapping[str, Any]) -> None:
+    """In a constructor: ``refuse_bad_options(type(self), locals())`` raises one ``ValueError``
+    naming every problem ``cls.option_problems`` finds in the arguments (``self`` and other
+    non-option names are left out)."""
+    options = {k: v for k, v in values.items() if k != "self" and not k.startswith("__")}
+    problems = option_problems(cls, options)
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
 __all__ = [
     "CONTRACTS",
     "ArtifactStore",
@@ -402,6 +436,8 @@ __all__ = [
     "Runtime",
     "ServedBase",
     "TrainableBase",
+    "option_problems",
+    "refuse_bad_options",
     "require_trainable",
     "trainable_base",
 ]

@@ -320,6 +320,7 @@ def check_options(kind: str, name: str, options: dict[str, Any], plugins: Plugin
     parameter that is missing, or a value that does not fit the parameter's annotation
     (:mod:`reef_core.option_types`) is a ConfigError naming the key.
     """
+    from .contracts import option_problems
     from .errors import ConfigError
     from .option_types import option_annotations, option_type_problem, shown_value
 
@@ -346,6 +347,12 @@ def check_options(kind: str, name: str, options: dict[str, Any], plugins: Plugin
             if problem:
                 raise ConfigError(f"invalid config key {prefix}.{key}: {problem}, got {shown_value(key, value)} "
                                   f"({kind.replace('_', ' ')} {name!r})")
+    # the values' own problems (ranges, combinations), as the constructor would find them
+    filled = {p.name: p.default for p in params.values()
+              if p.default is not inspect.Parameter.empty and p.name not in SERVICE_NAMES}
+    problems = option_problems(cls, {**filled, **options})
+    if problems:
+        raise ConfigError(f"invalid options in {prefix} for {kind.replace('_', ' ')} {name!r}: {'; '.join(problems)}")
     return sig
 
 

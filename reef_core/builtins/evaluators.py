@@ -42,7 +42,7 @@ from ..commit.tasks import (
     training_prompts,
 )
 from ..commit.traffic import traffic_tasks
-from ..contracts import Evaluator
+from ..contracts import Evaluator, refuse_bad_options
 from ..hookspecs import hookimpl
 from ..types import ActiveRelease, Candidate, Decision, Evaluation, Outcome
 
@@ -89,21 +89,7 @@ class TaskSuiteEvaluator(Evaluator):
                  timeout_s: float = 1800.0, concurrency: int = 8,
                  rule: Literal["bootstrap", "sign", "wins_minus_losses"] = "bootstrap", confidence: float = 0.95,
                  max_episodes: int | Literal["auto"] = "auto", traffic_tasks: int = 0, plugins: Any = None):
-        if repeats != "auto" and (not isinstance(repeats, int) or repeats < 1):
-            raise ValueError("repeats must be 1 or more, or 'auto'")
-        if max_episodes != "auto" and (not isinstance(max_episodes, int) or isinstance(max_episodes, bool)
-                                       or max_episodes < 1):
-            raise ValueError("max_episodes must be 1 or more, or 'auto'")
-        if episode_timeout_s <= 0 or timeout_s <= 0:
-            raise ValueError("timeouts must be positive")
-        if rule not in RULES:
-            raise ValueError(f"rule must be one of {', '.join(RULES)}")
-        if not 0.0 < confidence < 1.0:
-            raise ValueError("confidence must be between 0 and 1, e.g. 0.95")
-        if concurrency < 1:
-            raise ValueError("concurrency must be 1 or more")
-        if not isinstance(traffic_tasks, int) or isinstance(traffic_tasks, bool) or traffic_tasks < 0:
-            raise ValueError("traffic_tasks must be 0 or more")
+        refuse_bad_options(TaskSuiteEvaluator, locals())
         self.graders = dict(BUILTIN_GRADERS)
         if plugins is not None:
             self.graders.update({n: r.obj for n, r in plugins.registry.get("grader", {}).items()})
@@ -120,6 +106,32 @@ class TaskSuiteEvaluator(Evaluator):
         self.concurrency = concurrency
         self.rule = rule
         self.confidence = float(confidence)
+
+    @classmethod
+    def option_problems(cls, o: dict[str, Any]) -> list[str]:
+        """Every problem of the option values, before the suite is built (``reef config`` asks).
+
+        The task file itself is read when the evaluator is built; ``threshold`` takes a subset
+        of these options, so each is read with its default."""
+        problems = []
+        repeats, max_episodes = o.get("repeats", "auto"), o.get("max_episodes", "auto")
+        if repeats != "auto" and (not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1):
+            problems.append("repeats must be 1 or more, or 'auto'")
+        if max_episodes != "auto" and (not isinstance(max_episodes, int) or isinstance(max_episodes, bool)
+                                       or max_episodes < 1):
+            problems.append("max_episodes must be 1 or more, or 'auto'")
+        if o.get("episode_timeout_s", 120.0) <= 0 or o.get("timeout_s", 1800.0) <= 0:
+            problems.append("timeouts must be positive")
+        if o.get("rule", "bootstrap") not in RULES:
+            problems.append(f"rule must be one of {', '.join(RULES)}")
+        if not 0.0 < o.get("confidence", 0.95) < 1.0:
+            problems.append("confidence must be between 0 and 1, e.g. 0.95")
+        if o.get("concurrency", 8) < 1:
+            problems.append("concurrency must be 1 or more")
+        traffic = o.get("traffic_tasks", 0)
+        if not isinstance(traffic, int) or isinstance(traffic, bool) or traffic < 0:
+            problems.append("traffic_tasks must be 0 or more")
+        return problems
 
     # ------------------------------------------------------------------ the design
 

@@ -18,7 +18,7 @@ import logging
 import re
 from typing import Any
 
-from ..contracts import Recipe
+from ..contracts import Recipe, refuse_bad_options
 from ..hookspecs import hookimpl
 from ..kit.records import chat_request
 from ..kit.urls import basic_auth, split_url_credentials
@@ -77,19 +77,27 @@ class FeedbackRulesRecipe(Recipe):
 
     def __init__(self, batch_size: int = 3, max_score: float | None = 0.5, max_rules: int = 50,
                  max_rule_chars: int = 240, proposer: str | dict[str, Any] | None = None):
-        if batch_size < 1:
-            raise ValueError("batch_size must be 1 or more")
-        if max_rules < 1 or max_rule_chars < 20:
-            raise ValueError("max_rules must be 1 or more and max_rule_chars 20 or more")
-        if isinstance(proposer, dict) and not proposer.get("url"):
-            raise ValueError("proposer needs a 'url' (an OpenAI-compatible endpoint) or the string 'runtime'")
-        if isinstance(proposer, str) and proposer != "runtime":
-            raise ValueError("proposer must be 'runtime' or {url, model, api_key, timeout_s}")
+        refuse_bad_options(type(self), locals())
         self.batch_size = batch_size
         self.max_score = max_score
         self.max_rules = max_rules
         self.max_rule_chars = max_rule_chars
         self.proposer = proposer
+
+    @classmethod
+    def option_problems(cls, o: dict[str, Any]) -> list[str]:
+        """Every problem of the option values (``reef config`` asks before anything is built)."""
+        problems = []
+        if o["batch_size"] < 1:
+            problems.append("batch_size must be 1 or more")
+        if o["max_rules"] < 1 or o["max_rule_chars"] < 20:
+            problems.append("max_rules must be 1 or more and max_rule_chars 20 or more")
+        proposer = o["proposer"]
+        if isinstance(proposer, dict) and not proposer.get("url"):
+            problems.append("proposer needs a 'url' (an OpenAI-compatible endpoint) or the string 'runtime'")
+        if isinstance(proposer, str) and proposer != "runtime":
+            problems.append("proposer must be 'runtime' or {url, model, api_key, timeout_s}")
+        return problems
 
     @property
     def filters(self) -> list[Any]:

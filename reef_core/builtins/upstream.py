@@ -41,7 +41,7 @@ from urllib.parse import quote
 
 import httpx
 
-from ..contracts import Runtime
+from ..contracts import Runtime, refuse_bad_options
 from ..errors import RuntimeCallError, RuntimeUnavailable
 from ..hookspecs import hookimpl
 from ..kit import jsonfast
@@ -91,6 +91,39 @@ def _error_message(status: int, content: bytes) -> tuple[str, dict[str, Any] | N
 class UpstreamRuntime(Runtime):
     """Forwards calls to an OpenAI- or Anthropic-compatible endpoint over pooled HTTP."""
 
+    @classmethod
+    def option_problems(cls, o: dict[str, Any]) -> list[str]:
+        """Every problem of the option values, before a connection pool exists (``reef config`` asks)."""
+        problems = []
+        if o["dialect"] not in _PATHS:
+            problems.append(f"runtime.dialect must be 'openai', 'anthropic' or 'responses', not {o['dialect']!r}")
+        url = o["upstream_url"]
+        if url is not None:
+            url = str(url)
+            if not url.startswith(("http://", "https://")):
+                # Only the scheme is quoted: the rest of the URL may hold a password.
+                found = f"scheme {url.split('://', 1)[0][:16]!r}" if "://" in url else "no scheme"
+                problems.append(f"runtime.upstream_url must start with http:// or https:// (it has {found})")
+            elif split_url_credentials(url)[1] and o["api_key"]:
+                problems.append("runtime.upstream_url carries credentials (user:password@) and runtime.api_key "
+                                "is set too; use one of them (URL credentials are sent as HTTP Basic auth)")
+        size = o["max_response_bytes"]
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            problems.append(f"runtime.max_response_bytes must be a positive number of bytes, not {size!r}")
+        if not (o["timeout_s"] > 0 and o["connect_timeout_s"] > 0):
+            problems.append("runtime.timeout_s and runtime.connect_timeout_s must be above 0 (seconds)")
+        if o["max_connections"] < 1 or o["default_max_tokens"] < 1:
+            problems.append("runtime.max_connections and runtime.default_max_tokens must be 1 or more")
+        transport = o["http_transport"]
+        if transport not in ("auto", "http1", "aiohttp", "httpx"):
+            problems.append(f"runtime.http_transport must be auto, http1, aiohttp or httpx, not {transport!r}")
+        elif transport == "aiohttp":
+            from ..kit import http_transport as transports
+
+            if not transports.available():
+                problems.append("runtime.http_transport is 'aiohttp' but aiohttp is not installed")
+        return problems
+
     def __init__(self, upstream_url: str | None = None, api_key: str | None = None, dialect: str = "openai",
                  model: str | None = None, timeout_s: float = 300, connect_timeout_s: float = 10,
                  max_connections: int = 256, model_map: dict[str, str] | None = None,
@@ -99,28 +132,11 @@ class UpstreamRuntime(Runtime):
                  upstream_client_key: str | None = None, upstream_client_key_password: str | None = None,
                  upstream_verify: bool = True,
                  max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES):
-        if dialect not in _PATHS:
-            raise ValueError(f"runtime.dialect must be 'openai', 'anthropic' or 'responses', not {dialect!r}")
+        refuse_bad_options(type(self), locals())
         credentials = None
         if upstream_url is not None:
-            upstream_url = str(upstream_url)
-            if not upstream_url.startswith(("http://", "https://")):
-                # Only the scheme is quoted: the rest of the URL may hold a password.
-                found = f"scheme {upstream_url.split('://', 1)[0][:16]!r}" if "://" in upstream_url else "no scheme"
-                raise ValueError(f"runtime.upstream_url must start with http:// or https:// (it has {found})")
-            upstream_url, credentials = split_url_credentials(upstream_url)
-            if credentials and api_key:
-                raise ValueError("runtime.upstream_url carries credentials (user:password@) and runtime.api_key "
-                                 "is set too; use one of them (URL credentials are sent as HTTP Basic auth)")
-        if isinstance(max_response_bytes, bool) or not isinstance(max_response_bytes, int) or max_response_bytes < 1:
-            raise ValueError(f"runtime.max_response_bytes must be a positive number of bytes, not {max_response_bytes!r}")
+            upstream_url, credentials = split_url_credentials(str(upstream_url))
         self.max_response_bytes = max_response_bytes
-        if http_transport not in ("auto", "http1", "aiohttp", "httpx"):
-            raise ValueError(f"runtime.http_transport must be auto, http1, aiohttp or httpx, not {http_transport!r}")
-        from ..kit import http_transport as transports
-
-        if http_transport == "aiohttp" and not transports.available():
-            raise ValueError("runtime.http_transport is 'aiohttp' but aiohttp is not installed")
         self.http_transport = "http1" if http_transport == "auto" else http_transport
         self.dialect = dialect
         self.upstream_url = _base_url(upstream_url) if upstream_url else None

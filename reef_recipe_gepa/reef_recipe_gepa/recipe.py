@@ -27,7 +27,7 @@ from gepa.strategies.component_selector import AllReflectionComponentSelector, R
 from gepa.strategies.eval_policy import FullEvaluationPolicy
 from gepa.utils import CompositeStopper, MaxMetricCallsStopper
 
-from reef_core import ActiveRelease, Batch, Candidate, ConfigError, Recipe
+from reef_core import ActiveRelease, Batch, Candidate, ConfigError, Recipe, refuse_bad_options
 from reef_core.kit import graders_of
 
 from . import RECIPE, archive
@@ -54,30 +54,7 @@ class GepaRecipe(Recipe):
                  judge: Literal["reflection", "none"] = "reflection", max_train: int = 50,
                  params: dict[str, Any] | None = None, episode_timeout_s: float = 120.0, concurrency: int = 4,
                  max_archive: int | None = 50, state_dir: Any = None, plugins: Any = None):
-        if batch_size < 1:
-            raise ValueError("batch_size must be 1 or more")
-        if minibatch_size < 1:
-            raise ValueError("minibatch_size must be 1 or more")
-        if max_metric_calls < 1:
-            raise ValueError(f"max_metric_calls must be a positive number of episodes per growth step, "
-                             f"not {max_metric_calls}")
-        if max_total_metric_calls is not None and max_total_metric_calls < max_metric_calls:
-            raise ValueError(f"max_total_metric_calls ({max_total_metric_calls}) is below max_metric_calls "
-                             f"({max_metric_calls}): the whole run could not pay for one step; raise it or "
-                             "set it to null (no limit)")
-        for name in components or ():
-            if name not in ("system.md", "rules.md") and not (
-                    name.startswith("skills/") and name.endswith("/SKILL.md") and name.count("/") == 2):
-                raise ValueError(f"components: {name!r} is not a harness text (system.md, rules.md or "
-                                 "skills/<name>/SKILL.md)")
-        if components is not None and not components:
-            raise ValueError("components must name at least one harness text, or be null (all of them)")
-        check_reflection(reflection)
-        if max_train < 1 or concurrency < 1 or episode_timeout_s <= 0:
-            raise ValueError("max_train and concurrency must be 1 or more, episode_timeout_s positive")
-        if max_archive is not None and max_archive < 2:
-            raise ValueError(f"max_archive must be 2 or more (the served candidate and a better one), or null "
-                             f"(no limit), not {max_archive}")
+        refuse_bad_options(type(self), locals())
         self.batch_size = batch_size
         self.components = list(components) if components else None
         self.max_metric_calls = int(max_metric_calls)
@@ -100,6 +77,39 @@ class GepaRecipe(Recipe):
         self.max_archive = max_archive
         self.state_dir = Path(state_dir) if state_dir is not None else None
         self.graders = graders_of(plugins)
+
+    @classmethod
+    def option_problems(cls, o: dict[str, Any]) -> list[str]:
+        """Every problem of the option values, without building anything (``reef config`` asks)."""
+        problems = []
+        if o["batch_size"] < 1:
+            problems.append("batch_size must be 1 or more")
+        if o["minibatch_size"] < 1:
+            problems.append("minibatch_size must be 1 or more")
+        calls, total = o["max_metric_calls"], o["max_total_metric_calls"]
+        if calls < 1:
+            problems.append(f"max_metric_calls must be a positive number of episodes per growth step, not {calls}")
+        elif total is not None and total < calls:
+            problems.append(f"max_total_metric_calls ({total}) is below max_metric_calls ({calls}): the whole run "
+                            "could not pay for one step; raise it or set it to null (no limit)")
+        components = o["components"]
+        for name in components or ():
+            if name not in ("system.md", "rules.md") and not (
+                    name.startswith("skills/") and name.endswith("/SKILL.md") and name.count("/") == 2):
+                problems.append(f"components: {name!r} is not a harness text (system.md, rules.md or "
+                                "skills/<name>/SKILL.md)")
+        if components is not None and not components:
+            problems.append("components must name at least one harness text, or be null (all of them)")
+        try:
+            check_reflection(o["reflection"])
+        except (ValueError, ConfigError) as exc:
+            problems.append(str(exc))
+        if o["max_train"] < 1 or o["concurrency"] < 1 or o["episode_timeout_s"] <= 0:
+            problems.append("max_train and concurrency must be 1 or more, episode_timeout_s positive")
+        if o["max_archive"] is not None and o["max_archive"] < 2:
+            problems.append(f"max_archive must be 2 or more (the served candidate and a better one), or null "
+                            f"(no limit), not {o['max_archive']}")
+        return problems
 
     # ------------------------------------------------------------------ configuration
 

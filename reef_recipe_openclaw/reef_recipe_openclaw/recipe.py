@@ -16,9 +16,19 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from reef_core import ActiveRelease, Batch, Candidate, Experience, Recipe, RecipeContext, require_trainable
+from reef_core import (
+    ActiveRelease,
+    Batch,
+    Candidate,
+    ConfigError,
+    Experience,
+    Recipe,
+    RecipeContext,
+    refuse_bad_options,
+    require_trainable,
+)
 from reef_train import LoraOptions, lineage, read_learner_state
 from reef_train.backend import TrainerError, make_trainer
 
@@ -82,45 +92,13 @@ class OpenClawRecipe(Recipe):
         trainer: dict[str, Any] | None = None,
         state_dir: str | Path | None = None,
     ):
-        problems = []
-        if batch_size < 1 or steps_per_batch < 1 or max_batches < 1:
-            problems.append("batch_size, max_batches and steps_per_batch must be 1 or more")
-        if max_staleness < 0:
-            problems.append("max_staleness must be 0 or more")
-        if session_ttl_s <= 0 or max_open_sessions < 1:
-            problems.append("session_ttl_s must be above 0 and max_open_sessions 1 or more")
-        if prm_m < 1 or prm_concurrency < 1 or prm_max_tokens < 1 or prm_timeout_s <= 0:
-            problems.append("prm_m, prm_concurrency and prm_max_tokens must be 1 or more, prm_timeout_s above 0")
-        if prm_temperature < 0 or prm_max_hint_candidates < 0:
-            problems.append("prm_temperature and prm_max_hint_candidates must be 0 or more")
-        if top_k < 1:
-            problems.append("top_k must be 1 or more (the student's top-K tokens OPD distils over)")
-        if w_rl < 0 or w_opd < 0 or w_rl + w_opd == 0:
-            problems.append("w_rl and w_opd must be 0 or more, and not both 0")
-        if adv_diff_clip <= 0 or not 0 < clip_low < 1 or clip_high <= 0:
-            problems.append("adv_diff_clip and clip_high must be above 0, clip_low in (0, 1)")
+        refuse_bad_options(type(self), locals())
+        #: the policy's LoRA and its AdamW (betas 0.9, 0.98, as the reference)
+        self.lora = self._lora_options(locals())
+        #: where the training step runs (``reef_train.make_trainer``: local or ray)
+        self.trainer = make_trainer(trainer)
         from .algorithm import OpenClawAlgorithm
-        from .loss import HINT_SELECTIONS
 
-        if hint_selection not in HINT_SELECTIONS:
-            problems.append(f"hint_selection must be one of {', '.join(HINT_SELECTIONS)}")
-        if subset_mode not in ("student", "teacher", "overlap"):
-            problems.append("subset_mode must be student, teacher or overlap")
-        try:
-            #: the policy's LoRA and its AdamW (betas 0.9, 0.98, as the reference)
-            self.lora = LoraOptions(lr=lr, lora_rank=lora_rank, lora_alpha=lora_alpha, lora_lm_head=lora_lm_head,
-                                    max_grad_norm=max_grad_norm, beta2=0.98, weight_decay=weight_decay,
-                                    device=device, seed=seed)
-        except ValueError as exc:
-            problems.append(str(exc))
-        try:
-            #: where the training step runs (``reef_train.make_trainer``: local or ray)
-            self.trainer = make_trainer(trainer)
-        except (ValueError, TrainerError) as exc:
-            problems.append(str(exc))
-        if problems:
-            raise ValueError("; ".join(problems))
-        check_judge_spec(judge)
         self.batch_size = int(batch_size)
         #: batches one step may take when more are waiting (``Recipe.max_batches``): a learner
         #: step each, one candidate for the lot
@@ -145,6 +123,50 @@ class OpenClawRecipe(Recipe):
         #: and advances it, whether or not the gate publishes the candidate
         self.lineages = lineage.lineages_in(state_dir)
         self.prm_record_file = prm_record_file
+
+    @classmethod
+    def option_problems(cls, o: dict[str, Any]) -> list[str]:
+        """Every problem of the option values, without building anything (``reef config`` asks)."""
+        problems = []
+        if o["batch_size"] < 1 or o["steps_per_batch"] < 1 or o["max_batches"] < 1:
+            problems.append("batch_size, max_batches and steps_per_batch must be 1 or more")
+        if o["max_staleness"] < 0:
+            problems.append("max_staleness must be 0 or more")
+        if o["session_ttl_s"] <= 0 or o["max_open_sessions"] < 1:
+            problems.append("session_ttl_s must be above 0 and max_open_sessions 1 or more")
+        if o["prm_m"] < 1 or o["prm_concurrency"] < 1 or o["prm_max_tokens"] < 1 or o["prm_timeout_s"] <= 0:
+            problems.append("prm_m, prm_concurrency and prm_max_tokens must be 1 or more, prm_timeout_s above 0")
+        if o["prm_temperature"] < 0 or o["prm_max_hint_candidates"] < 0:
+            problems.append("prm_temperature and prm_max_hint_candidates must be 0 or more")
+        if o["top_k"] < 1:
+            problems.append("top_k must be 1 or more (the student's top-K tokens OPD distils over)")
+        if o["w_rl"] < 0 or o["w_opd"] < 0 or o["w_rl"] + o["w_opd"] == 0:
+            problems.append("w_rl and w_opd must be 0 or more, and not both 0")
+        if o["adv_diff_clip"] <= 0 or not 0 < o["clip_low"] < 1 or o["clip_high"] <= 0:
+            problems.append("adv_diff_clip and clip_high must be above 0, clip_low in (0, 1)")
+        if o["hint_selection"] not in get_args(HintSelection):
+            problems.append(f"hint_selection must be one of {', '.join(get_args(HintSelection))}")
+        if o["subset_mode"] not in get_args(SubsetMode):
+            problems.append("subset_mode must be student, teacher or overlap")
+        try:
+            cls._lora_options(o)
+        except ValueError as exc:
+            problems.append(str(exc))
+        try:
+            make_trainer(o.get("trainer"))
+        except (ValueError, TrainerError) as exc:
+            problems.append(str(exc))
+        try:
+            check_judge_spec(o.get("judge"))
+        except ConfigError as exc:
+            problems.append(str(exc))
+        return problems
+
+    @staticmethod
+    def _lora_options(o: dict[str, Any]) -> LoraOptions:
+        return LoraOptions(lr=o["lr"], lora_rank=o["lora_rank"], lora_alpha=o["lora_alpha"],
+                           lora_lm_head=o["lora_lm_head"], max_grad_norm=o["max_grad_norm"], beta2=0.98,
+                           weight_decay=o["weight_decay"], device=o["device"], seed=o["seed"])
 
     @property
     def filters(self) -> list[Any]:

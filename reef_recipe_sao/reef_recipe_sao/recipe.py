@@ -17,7 +17,16 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from reef_core import ActiveRelease, Batch, Candidate, Experience, Recipe, RecipeContext, require_trainable
+from reef_core import (
+    ActiveRelease,
+    Batch,
+    Candidate,
+    Experience,
+    Recipe,
+    RecipeContext,
+    refuse_bad_options,
+    require_trainable,
+)
 from reef_train import LoraOptions, lineage, read_learner_state
 from reef_train.backend import TrainerError, make_trainer
 
@@ -66,42 +75,11 @@ class SAORecipe(Recipe):
         trainer: dict[str, Any] | None = None,
         state_dir: str | Path | None = None,
     ):
-        problems = []
-        if mode not in ("sao", "grpo_dis"):
-            problems.append(f"mode must be 'sao' or 'grpo_dis', not {mode!r}")
-        if batch_size < 1 or steps_per_candidate < 1 or max_batches < 1:
-            problems.append("batch_size, steps_per_candidate and max_batches must be 1 or more")
-        if max_staleness < 0:
-            problems.append("max_staleness must be 0 or more")
-        if not critic_lr > 0:
-            problems.append("critic_lr must be above 0")
-        if critic_steps_per_actor < 0 or num_critic_only_steps < 0:
-            problems.append("critic_steps_per_actor and num_critic_only_steps must be 0 or more")
-        if not 0 < eps_clip_low <= 1 or eps_clip_high <= 0:
-            problems.append("eps_clip_low must be in (0, 1] and eps_clip_high above 0")
-        if lambda_alpha <= 0 or not 0 <= gamma <= 1:
-            problems.append("lambda_alpha must be above 0 and gamma in [0, 1]")
-        if n_samples_per_prompt < 1:
-            problems.append("n_samples_per_prompt must be 1 or more")
-        if mode == "grpo_dis" and n_samples_per_prompt < 2:
-            problems.append("mode grpo_dis needs n_samples_per_prompt of 2 or more (rollouts of one prompt "
-                            "are its baseline)")
-        if mode == "grpo_dis" and batch_size % max(n_samples_per_prompt, 1):
-            problems.append("in mode grpo_dis batch_size must be a multiple of n_samples_per_prompt, so a batch "
-                            "holds whole groups")
-        try:
-            #: the policy's (and the critic's) LoRA and optimizer
-            self.lora = LoraOptions(lr=lr, lora_rank=lora_rank, lora_alpha=lora_alpha, lora_lm_head=lora_lm_head,
-                                    max_grad_norm=max_grad_norm, device=device, seed=seed)
-        except ValueError as exc:
-            problems.append(str(exc))
-        try:
-            #: where the training step runs (``reef_train.make_trainer``: local or ray)
-            self.trainer = make_trainer(trainer)
-        except (ValueError, TrainerError) as exc:
-            problems.append(str(exc))
-        if problems:
-            raise ValueError("; ".join(problems))
+        refuse_bad_options(type(self), locals())
+        #: the policy's (and the critic's) LoRA and optimizer
+        self.lora = self._lora_options(locals())
+        #: where the training step runs (``reef_train.make_trainer``: local or ray)
+        self.trainer = make_trainer(trainer)
         self.mode = mode
         #: rollouts per optimizer step (the option ``batch_size``)
         self.step_size = int(batch_size)
@@ -124,6 +102,49 @@ class SAORecipe(Recipe):
         #: the learner lineage of each scenario (``reef_core.commit.lineage``): every step trains
         #: on its head and advances it, published or not (warm-up steps too)
         self.lineages = lineage.lineages_in(state_dir)
+
+    @classmethod
+    def option_problems(cls, o: dict[str, Any]) -> list[str]:
+        """Every problem of the option values, without building anything (``reef config`` asks)."""
+        problems = []
+        if o["mode"] not in ("sao", "grpo_dis"):
+            problems.append(f"mode must be 'sao' or 'grpo_dis', not {o['mode']!r}")
+        if o["batch_size"] < 1 or o["steps_per_candidate"] < 1 or o["max_batches"] < 1:
+            problems.append("batch_size, steps_per_candidate and max_batches must be 1 or more")
+        if o["max_staleness"] < 0:
+            problems.append("max_staleness must be 0 or more")
+        if not o["critic_lr"] > 0:
+            problems.append("critic_lr must be above 0")
+        if o["critic_steps_per_actor"] < 0 or o["num_critic_only_steps"] < 0:
+            problems.append("critic_steps_per_actor and num_critic_only_steps must be 0 or more")
+        if not 0 < o["eps_clip_low"] <= 1 or o["eps_clip_high"] <= 0:
+            problems.append("eps_clip_low must be in (0, 1] and eps_clip_high above 0")
+        if o["lambda_alpha"] <= 0 or not 0 <= o["gamma"] <= 1:
+            problems.append("lambda_alpha must be above 0 and gamma in [0, 1]")
+        n = o["n_samples_per_prompt"]
+        if n < 1:
+            problems.append("n_samples_per_prompt must be 1 or more")
+        if o["mode"] == "grpo_dis" and n < 2:
+            problems.append("mode grpo_dis needs n_samples_per_prompt of 2 or more (rollouts of one prompt "
+                            "are its baseline)")
+        if o["mode"] == "grpo_dis" and o["batch_size"] % max(n, 1):
+            problems.append("in mode grpo_dis batch_size must be a multiple of n_samples_per_prompt, so a batch "
+                            "holds whole groups")
+        try:
+            cls._lora_options(o)
+        except ValueError as exc:
+            problems.append(str(exc))
+        try:
+            make_trainer(o.get("trainer"))
+        except (ValueError, TrainerError) as exc:
+            problems.append(str(exc))
+        return problems
+
+    @staticmethod
+    def _lora_options(o: dict[str, Any]) -> LoraOptions:
+        return LoraOptions(lr=o["lr"], lora_rank=o["lora_rank"], lora_alpha=o["lora_alpha"],
+                           lora_lm_head=o["lora_lm_head"], max_grad_norm=o["max_grad_norm"], device=o["device"],
+                           seed=o["seed"])
 
     @property
     def filters(self) -> list[Any]:

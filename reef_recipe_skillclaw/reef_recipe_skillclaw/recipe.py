@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from reef_core import ActiveRelease, Batch, Candidate, Recipe
+from reef_core import ActiveRelease, Batch, Candidate, Recipe, refuse_bad_options
 
 from . import RECIPE
 from .digest import build_digest
@@ -36,18 +36,8 @@ class SkillClawRecipe(Recipe):
                  digest_chars: int = 4000, summary_max_tokens: int = 600, judge_max_tokens: int = 1200,
                  decide_max_tokens: int = 1500, merge_max_tokens: int = 1500,
                  catalogue_counts_as_use: bool = False, prompts_dir: str | None = None):
-        if batch_size < 0:
-            raise ValueError("batch_size must be 0 (nights on schedule or `reef grow` only) or more")
-        check_evolver(evolver)
-        if retries < 1 or backoff_s < 0 or backoff_cap_s < backoff_s or timeout_s <= 0:
-            raise ValueError("retries must be 1 or more, 0 <= backoff_s <= backoff_cap_s, timeout_s positive")
+        refuse_bad_options(type(self), locals())
         weights = {**DEFAULT_WEIGHTS, **(judge_weights or {})}
-        if set(weights) != set(DIMENSIONS) or any(float(w) < 0 for w in weights.values()) or not sum(weights.values()):
-            raise ValueError(f"judge_weights takes non-negative weights of {', '.join(DIMENSIONS)}, not all zero")
-        if max_sessions_per_group < 1 or digest_chars < 200:
-            raise ValueError("max_sessions_per_group must be 1 or more and digest_chars 200 or more")
-        if prompts_dir is not None and not Path(prompts_dir).is_dir():
-            raise ValueError(f"prompts_dir {prompts_dir!r} is not a directory")
         self.batch_size = int(batch_size)
         self.evolver = evolver
         self.retries = int(retries)
@@ -62,6 +52,27 @@ class SkillClawRecipe(Recipe):
                            "merge": merge_max_tokens}
         self.catalogue_counts_as_use = bool(catalogue_counts_as_use)
         self.prompts = load_prompts(prompts_dir)
+
+    @classmethod
+    def option_problems(cls, o: dict[str, Any]) -> list[str]:
+        """Every problem of the option values, without building anything (``reef config`` asks)."""
+        problems = []
+        if o["batch_size"] < 0:
+            problems.append("batch_size must be 0 (nights on schedule or `reef grow` only) or more")
+        try:
+            check_evolver(o["evolver"])
+        except ValueError as exc:
+            problems.append(str(exc))
+        if o["retries"] < 1 or o["backoff_s"] < 0 or o["backoff_cap_s"] < o["backoff_s"] or o["timeout_s"] <= 0:
+            problems.append("retries must be 1 or more, 0 <= backoff_s <= backoff_cap_s, timeout_s positive")
+        weights = {**DEFAULT_WEIGHTS, **(o["judge_weights"] or {})}
+        if set(weights) != set(DIMENSIONS) or any(float(w) < 0 for w in weights.values()) or not sum(weights.values()):
+            problems.append(f"judge_weights takes non-negative weights of {', '.join(DIMENSIONS)}, not all zero")
+        if o["max_sessions_per_group"] < 1 or o["digest_chars"] < 200:
+            problems.append("max_sessions_per_group must be 1 or more and digest_chars 200 or more")
+        if o["prompts_dir"] is not None and not Path(o["prompts_dir"]).is_dir():
+            problems.append(f"prompts_dir {o['prompts_dir']!r} is not a directory")
+        return problems
 
     def night(self, ctx: Any, sleep: Any = None) -> tuple[Night, RetryingEvolver]:
         """The night's steps over this recipe's evolver (retried) and prompts."""

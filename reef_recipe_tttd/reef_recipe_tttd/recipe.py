@@ -21,7 +21,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reef_core import ActiveRelease, Batch, Candidate, Recipe, RecipeContext, require_trainable
+from reef_core import ActiveRelease, Batch, Candidate, Recipe, RecipeContext, refuse_bad_options, require_trainable
 from reef_train import LoraOptions, lineage, read_learner_state
 from reef_train.backend import TrainerError, make_trainer
 
@@ -50,31 +50,11 @@ class TTTDRecipe(Recipe):
                  lora_alpha: int = 32, lora_lm_head: bool = False, device: str = "auto", seed: int = 0,
                  micro_batch_tokens: int = 512, trainer: dict[str, Any] | None = None,
                  state_dir: str | Path | None = None):
-        problems = []
-        if variant not in VARIANTS:
-            problems.append(f"variant must be one of {', '.join(VARIANTS)}, not {variant!r}")
-        if groups_per_step < 1 or rollouts_per_group < 2:
-            problems.append("groups_per_step must be 1 or more and rollouts_per_group 2 or more")
-        if max_staleness < 0:
-            problems.append("max_staleness must be 0 or more")
-        if kl_coef < 0 or not math.isfinite(kl_coef):
-            problems.append("kl_coef must be 0 or more")
-        try:
-            #: the policy's LoRA and its Adam (L2 weight decay, no gradient clipping: the reference's)
-            self.lora = LoraOptions(lr=lr, lora_rank=lora_rank, lora_alpha=lora_alpha, lora_lm_head=lora_lm_head,
-                                    max_grad_norm=None, optimizer="adam", beta1=beta1, beta2=beta2, eps=eps,
-                                    weight_decay=weight_decay, device=device, seed=seed)
-        except ValueError as exc:
-            problems.append(str(exc))
-        if micro_batch_tokens < 1:
-            problems.append("micro_batch_tokens must be 1 or more")
-        try:
-            #: where the training step runs (``reef_train.make_trainer``: local or ray)
-            self.trainer = make_trainer(trainer)
-        except (ValueError, TrainerError) as exc:
-            problems.append(str(exc))
-        if problems:
-            raise ValueError("; ".join(problems))
+        refuse_bad_options(type(self), locals())
+        #: the policy's LoRA and its Adam (L2 weight decay, no gradient clipping: the reference's)
+        self.lora = self._lora_options(locals())
+        #: where the training step runs (``reef_train.make_trainer``: local or ray)
+        self.trainer = make_trainer(trainer)
         self.variant = variant
         self.groups = int(groups_per_step)
         self.rollouts = int(rollouts_per_group)
@@ -88,6 +68,37 @@ class TTTDRecipe(Recipe):
         #: the learner lineage of each scenario (docs/learning.md): each grid step trains on its
         #: head and advances it, whether or not the gate publishes the candidate
         self.lineages = lineage.lineages_in(state_dir)
+
+    @classmethod
+    def option_problems(cls, o: dict[str, Any]) -> list[str]:
+        """Every problem of the option values, without building anything (``reef config`` asks)."""
+        problems = []
+        if o["variant"] not in VARIANTS:
+            problems.append(f"variant must be one of {', '.join(VARIANTS)}, not {o['variant']!r}")
+        if o["groups_per_step"] < 1 or o["rollouts_per_group"] < 2:
+            problems.append("groups_per_step must be 1 or more and rollouts_per_group 2 or more")
+        if o["max_staleness"] < 0:
+            problems.append("max_staleness must be 0 or more")
+        if o["kl_coef"] < 0 or not math.isfinite(o["kl_coef"]):
+            problems.append("kl_coef must be 0 or more")
+        try:
+            cls._lora_options(o)
+        except ValueError as exc:
+            problems.append(str(exc))
+        if o["micro_batch_tokens"] < 1:
+            problems.append("micro_batch_tokens must be 1 or more")
+        try:
+            make_trainer(o.get("trainer"))
+        except (ValueError, TrainerError) as exc:
+            problems.append(str(exc))
+        return problems
+
+    @staticmethod
+    def _lora_options(o: dict[str, Any]) -> LoraOptions:
+        return LoraOptions(lr=o["lr"], lora_rank=o["lora_rank"], lora_alpha=o["lora_alpha"],
+                           lora_lm_head=o["lora_lm_head"], max_grad_norm=None, optimizer="adam", beta1=o["beta1"],
+                           beta2=o["beta2"], eps=o["eps"], weight_decay=o["weight_decay"], device=o["device"],
+                           seed=o["seed"])
 
     @property
     def trains(self) -> bool:

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from reef_core import ActiveRelease, Batch, Candidate, Recipe, RecipeContext, hookimpl
+from reef_core import ActiveRelease, Batch, Candidate, Recipe, RecipeContext, hookimpl, refuse_bad_options
 
 BEGIN = "<!-- few-shot examples: maintained by the few_shot recipe -->"
 END = "<!-- end few-shot examples -->"
@@ -27,12 +27,21 @@ class FewShotRecipe(Recipe):
 
     def __init__(self, min_score: float = 0.8, max_examples: int = 4, batch_size: int = 2,
                  max_chars: int = 600):
-        if max_examples < 1:
-            raise ValueError("max_examples must be at least 1")
+        refuse_bad_options(type(self), locals())
         self.min_score = float(min_score)
         self.max_examples = int(max_examples)
         self.batch_size = int(batch_size)
         self.max_chars = int(max_chars)
+
+    @classmethod
+    def option_problems(cls, o: dict[str, Any]) -> list[str]:
+        """What the annotations cannot say; ``reef config`` asks it before anything is built."""
+        problems = []
+        if o["max_examples"] < 1:
+            problems.append("max_examples must be at least 1")
+        if o["batch_size"] < 1 or o["max_chars"] < 1:
+            problems.append("batch_size and max_chars must be at least 1")
+        return problems
 
     def propose(self, batch: Batch, current: ActiveRelease | None, ctx: RecipeContext) -> Candidate | None:
         new = []

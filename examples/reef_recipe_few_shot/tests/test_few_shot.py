@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from reef_core import Batch, Experience, ExperienceRecord
+import pytest
+
+from reef_core import Batch, Experience, ExperienceRecord, option_problems
 from reef_recipe_few_shot import BEGIN, FewShotRecipe, split_section
 
 
@@ -64,3 +66,10 @@ def test_merges_with_existing_prompt_and_caps(tmp_path):
     text = (first.artifact_dir / "harness" / "system.md").read_text()
     before, examples, _ = split_section(text)
     assert before == "You are terse." and examples == [("q1", "a1"), ("q2", "a2")]
+
+
+def test_option_values_are_checked_before_the_recipe_is_built():
+    assert option_problems(FewShotRecipe, {"min_score": 0.8, "max_examples": 0, "batch_size": 2,
+                                           "max_chars": 600}) == ["max_examples must be at least 1"]
+    with pytest.raises(ValueError, match="^max_examples must be at least 1$"):
+        FewShotRecipe(max_examples=0)

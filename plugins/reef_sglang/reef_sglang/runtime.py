@@ -46,6 +46,7 @@ from reef_core import (
     RuntimeCallError,
     RuntimeUnavailable,
     ServedBase,
+    refuse_bad_options,
 )
 from reef_core.kit import (
     AdapterTable,
@@ -100,6 +101,24 @@ class SGLangRuntime(Runtime):
 
     dialect = "openai"
 
+    @classmethod
+    def option_problems(cls, o: dict[str, Any]) -> list[str]:
+        """Every problem of the option values, before a connection exists (``reef config`` asks)."""
+        problems = []
+        if o["flavor"] not in ROUTES:
+            problems.append(f"runtime.flavor must be one of {sorted(ROUTES)}, not {o['flavor']!r}.")
+        engines = [str(u) for u in (o["engine_urls"] or [])]
+        if engines and o["admin_url"]:
+            problems.append("runtime.admin_url is for one engine; with runtime.engine_urls each engine's own URL "
+                            "takes its adapter loads (leave admin_url out)")
+        if len(set(engines)) != len(engines):
+            problems.append("runtime.engine_urls lists an engine twice")
+        if not (o["timeout_s"] > 0 and o["connect_timeout_s"] > 0):
+            problems.append("runtime.timeout_s and runtime.connect_timeout_s must be above 0 (seconds)")
+        if o["max_connections"] < 1:
+            problems.append("runtime.max_connections must be 1 or more")
+        return problems
+
     def __init__(
         self,
         base_url: str | None = None,
@@ -116,14 +135,8 @@ class SGLangRuntime(Runtime):
         base_model_device: str = "auto",
         engine_urls: list[str] | None = None,
     ):
-        if flavor not in ROUTES:
-            raise ValueError(f"runtime.flavor must be one of {sorted(ROUTES)}, not {flavor!r}.")
+        refuse_bad_options(type(self), locals())
         engines = [str(u) for u in (engine_urls or [])]
-        if engines and admin_url:
-            raise ValueError("runtime.admin_url is for one engine; with runtime.engine_urls each engine's own URL "
-                             "takes its adapter loads (leave admin_url out)")
-        if len(set(engines)) != len(engines):
-            raise ValueError("runtime.engine_urls lists an engine twice")
         self.flavor = flavor
         self.model = model
         self.api_key = api_key

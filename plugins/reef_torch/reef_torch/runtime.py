@@ -29,6 +29,7 @@ from reef_core import (
     RuntimeUnavailable,
     ServedBase,
     StartupError,
+    refuse_bad_options,
 )
 from reef_core.kit import AdapterTable, Version, version_name
 
@@ -86,6 +87,23 @@ class LocalRuntime(Runtime):
 
     dialect = "openai"
 
+    @classmethod
+    def option_problems(cls, o: dict[str, Any]) -> list[str]:
+        """Every problem of the option values, before a model is loaded (``reef config`` asks)."""
+        problems = []
+        if o["max_batch_size"] < 1:
+            problems.append("runtime.max_batch_size must be at least 1.")
+        if o["max_context_tokens"] is not None and o["max_context_tokens"] < 2:
+            problems.append("runtime.max_context_tokens must be at least 2 (a prompt token and an answer token), "
+                            "or empty for the model's context.")
+        if o["prefill_chunk_tokens"] < 1:
+            problems.append("runtime.prefill_chunk_tokens must be at least 1.")
+        if o["max_new_tokens_default"] < 1:
+            problems.append("runtime.max_new_tokens_default must be at least 1.")
+        if not o["batch_window_ms"] >= 0:
+            problems.append("runtime.batch_window_ms must be 0 or more (milliseconds).")
+        return problems
+
     def __init__(
         self,
         model: str | None = None,
@@ -98,13 +116,7 @@ class LocalRuntime(Runtime):
         max_context_tokens: int | None = None,
         prefill_chunk_tokens: int = 512,
     ):
-        if int(max_batch_size) < 1:
-            raise ValueError("runtime.max_batch_size must be at least 1.")
-        if max_context_tokens is not None and int(max_context_tokens) < 2:
-            raise ValueError("runtime.max_context_tokens must be at least 2 (a prompt token and an answer token), "
-                             "or empty for the model's context.")
-        if int(prefill_chunk_tokens) < 1:
-            raise ValueError("runtime.prefill_chunk_tokens must be at least 1.")
+        refuse_bad_options(type(self), locals())
         self.model_option = model
         self.cache_dir = cache_dir
         self.device = device
