@@ -41,6 +41,8 @@ REFUSED = [
      "runtime.max_batch_size must be at least 1"),
     (["runtime=sglang", "runtime.engine_urls=[http://a:1, http://a:1]"], "runtime", "sglang",
      {"engine_urls": ["http://a:1", "http://a:1"]}, "runtime.engine_urls lists an engine twice"),
+    (["artifact_store.lfs_url=https://lfs.example.test"], "artifact_store", "git",
+     {"lfs_url": "https://lfs.example.test"}, "artifact_store.lfs_url needs artifact_store.remote"),
 ]
 
 
@@ -50,7 +52,7 @@ def test_the_config_check_refuses_what_building_refuses(overrides, kind, name, o
     with pytest.raises(ConfigError) as checked:
         load_settings(overrides)
     message = str(checked.value)
-    assert phrase in message and f"{kind} {name!r}" in message and "\n" not in message
+    assert phrase in message and f"{kind.replace('_', ' ')} {name!r}" in message and "\n" not in message
     # serve's build of it says the same sentence, as does the constructor itself, before anything starts
     with pytest.raises(ConfigError) as built:
         instantiate(kind, name, dict(options), get_plugins(), state_dir=str(tmp_path))

@@ -51,7 +51,7 @@ from ..commit.artifacts import (
     content_hash,
 )
 from ..commit.release_checks import ReleaseRefused, check_manifest, check_tree, parse_manifest
-from ..contracts import ArtifactStore
+from ..contracts import ArtifactStore, refuse_bad_options
 from ..errors import PublishConflict
 from ..hookspecs import hookimpl
 
@@ -93,13 +93,22 @@ def _process_lock(path: Path) -> Iterator[None]:
 class GitArtifactStore(ArtifactStore):
     """Release chains in a bare git repository, refs moved by compare-and-swap."""
 
+    @classmethod
+    def option_problems(cls, o: dict[str, Any]) -> list[str]:
+        """The option values' problems (``reef config`` asks); the path is settled when built."""
+        problems = []
+        if o["lfs_url"] and not o["remote"]:
+            problems.append("artifact_store.lfs_url needs artifact_store.remote (the LFS endpoint of that remote)")
+        if not o["timeout_s"] > 0:
+            problems.append("artifact_store.timeout_s must be above 0 (seconds)")
+        return problems
+
     def __init__(self, path: str | None = None, lfs_patterns: list[str] | tuple[str, ...] = ("*.safetensors", "*.bin"),
                  state_dir: Path | None = None, remote: str | None = None, lfs_url: str | None = None,
                  timeout_s: float = 120.0):
+        refuse_bad_options(type(self), locals())
         if path is None and state_dir is None:
             raise ValueError("artifact_store.path is required when no state directory is known")
-        if lfs_url and not remote:
-            raise ValueError("artifact_store.lfs_url needs artifact_store.remote (the LFS endpoint of that remote)")
         self.path = Path(path).expanduser().resolve() if path else Path(state_dir) / "artifacts.git"
         self.lfs_patterns = tuple(lfs_patterns)
         self.lfs_available = shutil.which("git-lfs") is not None
