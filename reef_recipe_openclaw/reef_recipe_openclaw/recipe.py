@@ -29,8 +29,8 @@ from reef_core import (
     refuse_bad_options,
     require_trainable,
 )
-from reef_train import LoraOptions, lineage, read_learner_state
-from reef_train.backend import TrainerError, make_trainer
+from reef_train import LoraOptions, learner_option_problems, lineage, read_learner_state
+from reef_train.backend import make_trainer
 
 from .dispatch import dispatch
 from .judge import check_judge_spec, judge_spec
@@ -94,7 +94,7 @@ class OpenClawRecipe(Recipe):
     ):
         refuse_bad_options(type(self), locals())
         #: the policy's LoRA and its AdamW (betas 0.9, 0.98, as the reference)
-        self.lora = self._lora_options(locals())
+        self.lora = LoraOptions.from_options(locals(), beta2=0.98)
         #: where the training step runs (``reef_train.make_trainer``: local or ray)
         self.trainer = make_trainer(trainer)
         from .algorithm import OpenClawAlgorithm
@@ -148,25 +148,12 @@ class OpenClawRecipe(Recipe):
             problems.append(f"hint_selection must be one of {', '.join(get_args(HintSelection))}")
         if o["subset_mode"] not in get_args(SubsetMode):
             problems.append("subset_mode must be student, teacher or overlap")
-        try:
-            cls._lora_options(o)
-        except ValueError as exc:
-            problems.append(str(exc))
-        try:
-            make_trainer(o.get("trainer"))
-        except (ValueError, TrainerError) as exc:
-            problems.append(str(exc))
+        problems += learner_option_problems(o, beta2=0.98)
         try:
             check_judge_spec(o.get("judge"))
         except ConfigError as exc:
             problems.append(str(exc))
         return problems
-
-    @staticmethod
-    def _lora_options(o: dict[str, Any]) -> LoraOptions:
-        return LoraOptions(lr=o["lr"], lora_rank=o["lora_rank"], lora_alpha=o["lora_alpha"],
-                           lora_lm_head=o["lora_lm_head"], max_grad_norm=o["max_grad_norm"], beta2=0.98,
-                           weight_decay=o["weight_decay"], device=o["device"], seed=o["seed"])
 
     @property
     def filters(self) -> list[Any]:

@@ -27,8 +27,8 @@ from reef_core import (
     refuse_bad_options,
     require_trainable,
 )
-from reef_train import LoraOptions, lineage, read_learner_state
-from reef_train.backend import TrainerError, make_trainer
+from reef_train import LoraOptions, learner_option_problems, lineage, read_learner_state
+from reef_train.backend import make_trainer
 
 if TYPE_CHECKING:
     from reef_core import LineageHead
@@ -77,7 +77,7 @@ class SAORecipe(Recipe):
     ):
         refuse_bad_options(type(self), locals())
         #: the policy's (and the critic's) LoRA and optimizer
-        self.lora = self._lora_options(locals())
+        self.lora = LoraOptions.from_options(locals())
         #: where the training step runs (``reef_train.make_trainer``: local or ray)
         self.trainer = make_trainer(trainer)
         self.mode = mode
@@ -130,21 +130,8 @@ class SAORecipe(Recipe):
         if o["mode"] == "grpo_dis" and o["batch_size"] % max(n, 1):
             problems.append("in mode grpo_dis batch_size must be a multiple of n_samples_per_prompt, so a batch "
                             "holds whole groups")
-        try:
-            cls._lora_options(o)
-        except ValueError as exc:
-            problems.append(str(exc))
-        try:
-            make_trainer(o.get("trainer"))
-        except (ValueError, TrainerError) as exc:
-            problems.append(str(exc))
+        problems += learner_option_problems(o)
         return problems
-
-    @staticmethod
-    def _lora_options(o: dict[str, Any]) -> LoraOptions:
-        return LoraOptions(lr=o["lr"], lora_rank=o["lora_rank"], lora_alpha=o["lora_alpha"],
-                           lora_lm_head=o["lora_lm_head"], max_grad_norm=o["max_grad_norm"], device=o["device"],
-                           seed=o["seed"])
 
     @property
     def filters(self) -> list[Any]:

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reef_core import ActiveRelease, Batch, Candidate, Recipe, RecipeContext, refuse_bad_options, require_trainable
-from reef_train import LoraOptions, lineage, read_learner_state
-from reef_train.backend import TrainerError, make_trainer
+from reef_train import LoraOptions, learner_option_problems, lineage, read_learner_state
+from reef_train.backend import make_trainer
 
 from .grid import GridError, barrier, informative_groups
 
@@ -52,7 +52,7 @@ class TTTDRecipe(Recipe):
                  state_dir: str | Path | None = None):
         refuse_bad_options(type(self), locals())
         #: the policy's LoRA and its Adam (L2 weight decay, no gradient clipping: the reference's)
-        self.lora = self._lora_options(locals())
+        self.lora = LoraOptions.from_options(locals(), max_grad_norm=None, optimizer="adam")
         #: where the training step runs (``reef_train.make_trainer``: local or ray)
         self.trainer = make_trainer(trainer)
         self.variant = variant
@@ -81,24 +81,10 @@ class TTTDRecipe(Recipe):
             problems.append("max_staleness must be 0 or more")
         if o["kl_coef"] < 0 or not math.isfinite(o["kl_coef"]):
             problems.append("kl_coef must be 0 or more")
-        try:
-            cls._lora_options(o)
-        except ValueError as exc:
-            problems.append(str(exc))
         if o["micro_batch_tokens"] < 1:
             problems.append("micro_batch_tokens must be 1 or more")
-        try:
-            make_trainer(o.get("trainer"))
-        except (ValueError, TrainerError) as exc:
-            problems.append(str(exc))
+        problems += learner_option_problems(o, max_grad_norm=None, optimizer="adam")
         return problems
-
-    @staticmethod
-    def _lora_options(o: dict[str, Any]) -> LoraOptions:
-        return LoraOptions(lr=o["lr"], lora_rank=o["lora_rank"], lora_alpha=o["lora_alpha"],
-                           lora_lm_head=o["lora_lm_head"], max_grad_norm=None, optimizer="adam", beta1=o["beta1"],
-                           beta2=o["beta2"], eps=o["eps"], weight_decay=o["weight_decay"], device=o["device"],
-                           seed=o["seed"])
 
     @property
     def trains(self) -> bool:

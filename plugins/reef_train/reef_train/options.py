@@ -9,6 +9,7 @@ problems (the kernel turns it into one line, exit 2).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -54,6 +55,13 @@ class LoraOptions:
         for name, value in values.items():
             object.__setattr__(self, name, value)
 
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], **fixed: Any) -> LoraOptions:
+        """The LoRA options among a recipe's options (the same names), with the values a recipe
+        fixes (``optimizer="adam"``) over them; ``ValueError`` naming every problem."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{**{k: v for k, v in options.items() if k in names}, **fixed})
+
     def lora(self) -> dict[str, Any]:
         """Keyword arguments of ``reef_train.load_trainable`` for a policy with these options."""
         out: dict[str, Any] = {"r": self.lora_rank, "alpha": self.lora_alpha, "seed": self.seed,
@@ -61,6 +69,24 @@ class LoraOptions:
         if self.device != "auto":
             out["device"] = self.device
         return out
+
+
+def learner_option_problems(options: Mapping[str, Any], **fixed: Any) -> list[str]:
+    """The problems of a weight recipe's learner options: its LoRA and optimizer
+    (``LoraOptions.from_options(options, **fixed)``) and its ``trainer`` (``make_trainer``),
+    one sentence each, for the recipe's ``option_problems``."""
+    from .backend import TrainerError, make_trainer
+
+    problems = []
+    try:
+        LoraOptions.from_options(options, **fixed)
+    except ValueError as exc:
+        problems.append(str(exc))
+    try:
+        make_trainer(options.get("trainer"))
+    except (ValueError, TrainerError) as exc:
+        problems.append(str(exc))
+    return problems
 
 
 _KIND = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from reef_train import LoraOptions
+from reef_train import LoraOptions, learner_option_problems
 
 
 def test_defaults_and_the_load_trainable_arguments():
@@ -42,3 +42,19 @@ def test_every_problem_is_named_at_once():
     with pytest.raises(ValueError) as err:
         LoraOptions(lr=-1, lora_rank=0, device="tpu0")
     assert str(err.value).count(" must be ") == 3
+
+
+def test_a_recipes_options_pick_the_lora_fields_and_the_fixed_values_win():
+    recipe_options = {"lr": 3e-4, "lora_rank": 8, "weight_decay": 0.1, "beta2": 0.5, "batch_size": 16,
+                      "eps_clip_low": 0.2, "trainer": None, "seed": 7}
+    opts = LoraOptions.from_options(recipe_options, beta2=0.98, optimizer="adam")
+    assert (opts.lr, opts.lora_rank, opts.weight_decay, opts.seed) == (3e-4, 8, 0.1, 7)
+    assert (opts.beta2, opts.optimizer) == (0.98, "adam")  # what the recipe fixes, over what it was given
+    assert learner_option_problems(recipe_options) == []
+
+
+def test_learner_option_problems_names_the_lora_and_the_trainer_problems_together():
+    problems = learner_option_problems({"lr": -1, "lora_rank": 0, "trainer": {"backend": "nope"}})
+    assert len(problems) == 2
+    assert "lr must be a number above 0" in problems[0] and "lora_rank must be an integer of 1 or more" in problems[0]
+    assert "trainer.backend must be one of" in problems[1]
