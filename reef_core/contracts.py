@@ -404,8 +404,9 @@ def option_problems(cls: Any, options: Mapping[str, Any]) -> list[str]:
     kernel asks it when it checks a configuration (``reef config`` and every command that
     composes one), so a value ``reef serve`` would refuse exits 2 there too; the constructor
     asks it as well (``refuse_bad_options``), so both say the same sentence. A ``TypeError`` or
-    ``ValueError`` it raises counts as one problem. The kernel probes for this member (the class
-    exists before any object does), unlike the instance members above."""
+    ``ValueError`` it raises counts as one problem, any other exception as one that names the
+    failed check. The kernel probes for this member (the class exists before any object does),
+    unlike the instance members above."""
     own = getattr(cls, "option_problems", None)
     if not callable(own):
         return []
@@ -413,6 +414,8 @@ def option_problems(cls: Any, options: Mapping[str, Any]) -> list[str]:
         return [str(p) for p in own(dict(options))]
     except (TypeError, ValueError) as exc:
         return [" ".join(str(exc).split()) or type(exc).__name__]
+    except Exception as exc:  # noqa: BLE001 - a plugin's faulty check is reported, never a traceback
+        return [f"its option check failed ({type(exc).__name__}: {' '.join(str(exc).split())})"]
 
 
 def refuse_bad_options(cls: Any, values: Mapping[str, Any]) -> None:

@@ -318,7 +318,8 @@ def check_options(kind: str, name: str, options: dict[str, Any], plugins: Plugin
 
     The constructor's signature is the schema: an option it does not take, a required
     parameter that is missing, or a value that does not fit the parameter's annotation
-    (:mod:`reef_core.option_types`) is a ConfigError naming the key.
+    (:mod:`reef_core.option_types`) is a ConfigError naming the key; so is any problem the
+    class's own ``option_problems`` finds in the values (``reef_core.contracts.option_problems``).
     """
     from .contracts import option_problems
     from .errors import ConfigError

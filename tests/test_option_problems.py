@@ -102,6 +102,12 @@ class _Broken(_Checked):
         return [str(o["high"] + "x")]  # a float plus a string: TypeError
 
 
+class _Faulty(_Checked):
+    @classmethod
+    def option_problems(cls, o):
+        return [o["no_such_option"]]  # KeyError: a bug in the plugin's check
+
+
 class _Unchecked(Recipe):
     update_target = "harness"
     filters = ()
@@ -124,7 +130,7 @@ class _Plugins:
 
 
 def test_the_kernel_asks_a_plugin_classs_own_check_with_defaults_filled_in():
-    plugins = _Plugins(checked=_Checked, broken=_Broken, unchecked=_Unchecked)
+    plugins = _Plugins(checked=_Checked, broken=_Broken, faulty=_Faulty, unchecked=_Unchecked)
     check_options("recipe", "checked", {"low": 0.5}, plugins)  # high's default 1.0: fine
     with pytest.raises(ConfigError) as err:
         check_options("recipe", "checked", {"low": 2.0, "batch_size": 0}, plugins,
@@ -134,6 +140,8 @@ def test_the_kernel_asks_a_plugin_classs_own_check_with_defaults_filled_in():
     # an exception in the check is one problem, never a crash
     with pytest.raises(ConfigError, match="for recipe 'broken': unsupported operand"):
         check_options("recipe", "broken", {}, plugins)
+    with pytest.raises(ConfigError, match=r"for recipe 'faulty': its option check failed \(KeyError: 'no_such_option'\)"):
+        check_options("recipe", "faulty", {}, plugins)
     check_options("recipe", "unchecked", {"batch_size": -5}, plugins)  # no check of its own: types only
     assert option_problems(_Unchecked, {"batch_size": -5}) == []
     # the constructor says the same sentence
