@@ -104,6 +104,27 @@ def with_gate_traffic(bench: RecipeBench, tasks: int) -> RecipeBench:
     return replace(bench, gate={**bench.gate, "traffic_tasks": tasks}) if tasks else bench
 
 
+def with_recipe_options(bench: RecipeBench, pairs: list[str]) -> RecipeBench:
+    """``bench`` with ``KEY=VALUE`` recipe options over its registry entry's (each value read as
+    YAML, and a string that is a number as the number: ``lr=2e-4``); ``ValueError`` for a pair
+    without a key."""
+    import yaml
+
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--recipe-option takes KEY=VALUE, not {pair!r}")
+        parsed = yaml.safe_load(value) if value.strip() else None
+        if isinstance(parsed, str):  # YAML 1.1 reads 2e-4 (no dot) as a string
+            try:
+                parsed = float(parsed)
+            except ValueError:
+                pass
+        options[key.strip()] = parsed
+    return replace(bench, recipe={**bench.recipe, **options}) if options else bench
+
+
 def server_config(bench: RecipeBench, mode: str | None, seed: int, split: Split, *, learning: bool,
                   reflection: dict[str, Any] | None = None) -> dict[str, Any]:
     """The YAML config file of one server (everything but the state dir, port and runtime)."""
@@ -353,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the gate also draws up to N tasks from the learner's own scored traffic, graded by the "
                         "pattern each report carries (task_suite's traffic_tasks; never the batch being trained on), "
                         "beside its gate tasks (default: none)")
+    parser.add_argument("--recipe-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a recipe option over the registry entry's, e.g. lr=2e-4 (repeatable; the server "
+                        "checks it as `reef serve` does)")
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in DRIVERS:
         import importlib
@@ -369,6 +393,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.gate_traffic < 0:
         parser.error("--gate-traffic takes a count of tasks, 0 or more")
     bench = with_gate_traffic(bench, args.gate_traffic)
+    try:
+        bench = with_recipe_options(bench, args.recipe_option)
+    except ValueError as exc:
+        parser.error(str(exc))
     reflection = reflection_model(args.reflection_url, args.reflection_model)
     try:
         bench.recipe_config(args.mode, reflection=reflection)
@@ -377,7 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     budget = args.budget or bench.budget
     bench = replace(bench, settle_timeout_s=args.settle_timeout or settle_timeout(bench, budget))
     runtime = Runtime.choose(args.endpoint, args.model)
-    print(f"recipe {bench.name}{f' (mode {args.mode})' if args.mode else ''}: {bench.notes}")
+    print(f"recipe {bench.name}{f' (mode {args.mode})' if args.mode else ''}: {bench.notes}"
+          + (f"; options over the entry's: {', '.join(args.recipe_option)}" if args.recipe_option else ""))
     if bench.reflection_option:
         print(f"reflection model: {f'{args.reflection_model} at {args.reflection_url}' if reflection else 'the served model'}")
     print(f"runtime {runtime.description}; {args.seeds} seed(s), {budget} reports per seed, "
