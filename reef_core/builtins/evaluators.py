@@ -111,22 +111,23 @@ class TaskSuiteEvaluator(Evaluator):
     def option_problems(cls, o: dict[str, Any]) -> list[str]:
         """Every problem of the option values, before the suite is built (``reef config`` asks).
 
-        The task file itself is read when the evaluator is built; ``threshold`` takes a subset
-        of these options, so each is read with its default."""
+        The task file itself is read when the evaluator is built. ``threshold`` takes neither
+        ``rule``, ``max_episodes`` nor ``traffic_tasks``, so those are checked where given."""
         problems = []
-        repeats, max_episodes = o.get("repeats", "auto"), o.get("max_episodes", "auto")
+        repeats = o["repeats"]
         if repeats != "auto" and (not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1):
             problems.append("repeats must be 1 or more, or 'auto'")
+        max_episodes = o.get("max_episodes", "auto")
         if max_episodes != "auto" and (not isinstance(max_episodes, int) or isinstance(max_episodes, bool)
                                        or max_episodes < 1):
             problems.append("max_episodes must be 1 or more, or 'auto'")
-        if o.get("episode_timeout_s", 120.0) <= 0 or o.get("timeout_s", 1800.0) <= 0:
+        if o["episode_timeout_s"] <= 0 or o["timeout_s"] <= 0:
             problems.append("timeouts must be positive")
-        if o.get("rule", "bootstrap") not in RULES:
+        if "rule" in o and o["rule"] not in RULES:
             problems.append(f"rule must be one of {', '.join(RULES)}")
-        if not 0.0 < o.get("confidence", 0.95) < 1.0:
+        if not 0.0 < o["confidence"] < 1.0:
             problems.append("confidence must be between 0 and 1, e.g. 0.95")
-        if o.get("concurrency", 8) < 1:
+        if o["concurrency"] < 1:
             problems.append("concurrency must be 1 or more")
         traffic = o.get("traffic_tasks", 0)
         if not isinstance(traffic, int) or isinstance(traffic, bool) or traffic < 0:
