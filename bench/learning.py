@@ -41,7 +41,16 @@ from typing import Any
 from reef_core.testing.serve_process import ServeProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning_tasks import RECIPES, RecipeBench, Split, Task, summary_line  # noqa: E402
+from learning_tasks import (  # noqa: E402
+    RECIPES,
+    RecipeBench,
+    Split,
+    Task,
+    add_seed_options,
+    chosen_seeds,
+    describe_seeds,
+    summary_line,
+)
 from lineage_probe import LineageSnapshot, lineage_accuracy  # noqa: E402
 
 #: recipes whose user is not "ask, grade, report": their own driver module in bench/, whose
@@ -353,7 +362,7 @@ def table(results: list[SeedResult]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("recipe", choices=sorted({*RECIPES, *DRIVERS}))
-    parser.add_argument("--seeds", type=int, default=3, help="seeds to run, 0..N-1 (default 3)")
+    add_seed_options(parser)
     parser.add_argument("--budget", type=int, help="reports per seed (default: the recipe's)")
     parser.add_argument("--mode", help="a recipe mode from the registry, e.g. grpo_dis for sao")
     parser.add_argument("--endpoint", help="OpenAI-compatible base URL: run the servers with runtime=upstream")
@@ -383,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return importlib.import_module(DRIVERS[argv[0]]).main(argv)
     args = parser.parse_args(argv)
+    seeds = chosen_seeds(args)
 
     # a SIGTERM (e.g. `timeout`) unwinds like Ctrl-C, so both servers of the seed are stopped
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
@@ -409,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
           + (f"; options over the entry's: {', '.join(args.recipe_option)}" if args.recipe_option else ""))
     if bench.reflection_option:
         print(f"reflection model: {f'{args.reflection_model} at {args.reflection_url}' if reflection else 'the served model'}")
-    print(f"runtime {runtime.description}; {args.seeds} seed(s), {budget} reports per seed, "
+    print(f"runtime {runtime.description}; {describe_seeds(seeds)}, {budget} reports per seed, "
           f"traffic at temperature {bench.temperature}, {bench.gate_tasks} gate"
           f"{f' (and up to {args.gate_traffic} from the traffic)' if args.gate_traffic else ''} and "
           f"{bench.heldout_tasks} held-out tasks (greedy)"
@@ -418,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     results = []
     with tempfile.TemporaryDirectory(prefix="reef-bench-learning-") as tmp:
-        for seed in range(args.seeds):
+        for seed in seeds:
             results.append(run_seed(bench, seed, budget=budget, mode=args.mode, runtime=runtime, workdir=Path(tmp),
                                     log=lambda line: print(line, flush=True), reflection=reflection,
                                     pace_s=args.pace))

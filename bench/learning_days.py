@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from chat_endpoint import ChatEndpoint
-from learning_tasks import LAST_INTEGER, Task, addition_problems, fmt_mean_sd
+from learning_tasks import LAST_INTEGER, Task, add_seed_options, addition_problems, chosen_seeds, describe_seeds, fmt_mean_sd
 
 SCENARIO = "bench"
 CONCURRENCY = 8
@@ -259,7 +259,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench/learning.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("recipe", choices=sorted(DAY_RECIPES))
-    parser.add_argument("--seeds", type=int, default=3, help="seeds to run, 0..N-1 (default 3)")
+    add_seed_options(parser)
     parser.add_argument("--days", type=int, help="days per seed (default: the recipe's)")
     parser.add_argument("--tasks-per-day", type=int, help="tasks a day, the recipe's batch (default: the recipe's)")
     parser.add_argument("--evolver", choices=["model", "scripted"], default="model",
@@ -267,6 +267,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--evolver-url", help="OpenAI-compatible base URL of the evolver; key from $REEF_EVOLVER_API_KEY")
     parser.add_argument("--evolver-model", help="the model name at --evolver-url")
     args = parser.parse_args(argv)
+    seeds = chosen_seeds(args)
     if args.evolver_url and not args.evolver_model:
         parser.error("--evolver-url needs --evolver-model, the model name the endpoint serves")
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
@@ -284,7 +285,7 @@ def main(argv: list[str]) -> int:
         print(line, flush=True)
 
     log(f"recipe {bench.name}: {bench.notes}")
-    log(f"runtime {runtime.description}; {described}; {args.seeds} seed(s), {days} days of {per_day} tasks, greedy; "
+    log(f"runtime {runtime.description}; {described}; {describe_seeds(seeds)}, {days} days of {per_day} tasks, greedy; "
         f"every {bench.unscored_every}th report unscored (-1); gate: evaluator=always (the next day is the measurement)")
     start = time.monotonic()
     results = []
@@ -292,7 +293,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="reef-bench-days-") as tmp:
         with scripted or nullcontext():
             evolver = evolver_option(kind, scripted.url if scripted else args.evolver_url, args.evolver_model)
-            for seed in range(args.seeds):
+            for seed in seeds:
                 results.append(run_days_seed(bench, seed, days=days, per_day=per_day, evolver=evolver, runtime=runtime,
                                              workdir=Path(tmp), log=log))
     log("")

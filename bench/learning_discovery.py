@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from learning_tasks import fmt_mean_sd
+from learning_tasks import add_seed_options, chosen_seeds, describe_seeds, fmt_mean_sd
 
 SCENARIO = "bench"
 MODES = ("tttd", "search-only")
@@ -214,11 +214,11 @@ def run_seed(bench: DiscoveryBench, seed: int, runtime: Any, workdir: Path,
     return result
 
 
-def parse(argv: list[str]) -> tuple[DiscoveryBench, int]:
+def parse(argv: list[str]) -> tuple[DiscoveryBench, list[int]]:
     p = argparse.ArgumentParser(prog="bench/learning.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("recipe", choices=["tttd"])
-    p.add_argument("--seeds", type=int, default=3)
+    add_seed_options(p)
     p.add_argument("--budget", type=int, default=DiscoveryBench.budget, help="samples per side and seed")
     p.add_argument("--task", default=DiscoveryBench.task)
     p.add_argument("--groups", type=int, default=DiscoveryBench.groups)
@@ -237,12 +237,13 @@ def parse(argv: list[str]) -> tuple[DiscoveryBench, int]:
     a = p.parse_args(argv)
     if a.model is not None and not Path(a.model).is_dir():
         raise SystemExit(f"Error: --model {a.model!r} is not a directory (a local Hugging Face model)")
-    if a.seeds < 1 or a.budget < a.groups * a.rollouts:
-        raise SystemExit("Error: --seeds must be 1 or more and --budget at least one grid (groups x rollouts)")
+    seeds = chosen_seeds(a)
+    if a.budget < a.groups * a.rollouts:
+        raise SystemExit("Error: --budget must be at least one grid (groups x rollouts)")
     return DiscoveryBench(task=a.task, groups=a.groups, rollouts=a.rollouts, budget=a.budget, lr=a.lr,
                           temperature=a.temperature, lora_rank=a.lora_rank, guidance=a.guidance,
                           model=a.model, device=a.device,
-                          sides=("search-only",) if a.floor_only else MODES), a.seeds
+                          sides=("search-only",) if a.floor_only else MODES), seeds
 
 
 def local_runtime(bench: DiscoveryBench, runtime_cls: Any) -> Any:
@@ -267,12 +268,12 @@ def main(argv: list[str]) -> int:
     name = "tttd (Guidance-TTT, keyword executor)" if bench.guidance else "tttd"
     log(f"{name} on {bench.task}: {bench.groups}x{bench.rollouts} grid, {bench.steps} steps = {bench.samples} samples "
         f"per side, temperature {bench.temperature:g}, lr {bench.lr:g}, LoRA rank {bench.lora_rank}; "
-        f"runtime {runtime.description}; {seeds} seed(s)"
+        f"runtime {runtime.description}; {describe_seeds(seeds)}"
         + ("; search-only alone (--floor-only)" if bench.sides != MODES else ""))
     start = time.monotonic()
     results = []
     with tempfile.TemporaryDirectory(prefix="reef-bench-discovery-") as tmp:
-        for seed in range(seeds):
+        for seed in seeds:
             results.append(run_seed(bench, seed, runtime, Path(tmp), log))
     minutes = (time.monotonic() - start) / 60
     if bench.sides != MODES:

@@ -40,7 +40,18 @@ from pathlib import Path
 from typing import Any
 
 from chat_endpoint import ChatEndpoint
-from learning_tasks import LAST_INTEGER, Grader, Split, Task, addition_problems, fmt_mean_sd, split_tasks
+from learning_tasks import (
+    LAST_INTEGER,
+    Grader,
+    Split,
+    Task,
+    add_seed_options,
+    addition_problems,
+    chosen_seeds,
+    describe_seeds,
+    fmt_mean_sd,
+    split_tasks,
+)
 from lineage_probe import lineage_accuracy
 from session_gate import LoopOutcome, PlainAndShort, gate_tasks_config, loop_outcome
 
@@ -366,7 +377,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench/learning.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("recipe", choices=sorted(SESSION_RECIPES))
-    parser.add_argument("--seeds", type=int, default=3, help="seeds to run, 0..N-1 (default 3)")
+    add_seed_options(parser)
     parser.add_argument("--budget", type=int, help="sessions per seed (default: the recipe's)")
     parser.add_argument("--judge", choices=["model", "rules"], default="model",
                         help="the served model on its frozen base (the recipe's default) or the rule-based judge")
@@ -397,7 +408,8 @@ def run(args: Any, runtime: Any, log: Callable[[str], None] = print) -> int:
     sessions = args.budget or bench.sessions
     window = min(bench.window, sessions)
     log(f"recipe {bench.name}: {bench.notes}")
-    log(f"runtime {runtime.description}; {args.seeds} seed(s), {sessions} sessions per seed, replies at temperature "
+    seeds = chosen_seeds(args)
+    log(f"runtime {runtime.description}; {describe_seeds(seeds)}, {sessions} sessions per seed, replies at temperature "
         f"{bench.temperature}; hidden style: {bench.style_notes}; judge: "
         + ("a rule-based judge (thanks +1, a correction -1 with a hint), not a model" if judge == "rules"
            else "the served model on its frozen base (the recipe's default)"))
@@ -413,7 +425,7 @@ def run(args: Any, runtime: Any, log: Callable[[str], None] = print) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="reef-bench-sessions-") as tmp, \
             (RuleJudge(bench) if judge == "rules" else nullcontext()) as judge_server:
-        for seed in range(args.seeds):
+        for seed in seeds:
             results.append(run_sessions_seed(bench, seed, sessions=sessions, judge=judge,
                                              judge_url=judge_server.url if judge_server else None,
                                              runtime=runtime, workdir=Path(tmp), log=log,

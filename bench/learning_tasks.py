@@ -287,6 +287,35 @@ RECIPES: dict[str, RecipeBench] = {
 }
 
 
+# ------------------------------------------------------------------ seeds
+
+
+def add_seed_options(parser: Any) -> None:
+    """``--seeds N`` (0..N-1, the default 3) or ``--seed S`` (repeatable: these seeds, in this
+    order), the same in every driver of ``bench/learning.py``."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--seeds", type=int, default=3, help="seeds to run, 0..N-1 (default 3)")
+    group.add_argument("--seed", type=int, action="append", dest="seed_list", metavar="S",
+                       help="run seed S (repeatable, in the order given): one seed of a run again, e.g. --seed 1")
+
+
+def chosen_seeds(args: Any) -> list[int]:
+    """The seeds ``add_seed_options`` parsed; ``SystemExit`` for none or a negative one."""
+    seeds = list(args.seed_list) if args.seed_list else list(range(args.seeds))
+    if not seeds or min(seeds) < 0:
+        raise SystemExit("Error: --seeds must be 1 or more and --seed 0 or more")
+    if len(set(seeds)) != len(seeds):
+        raise SystemExit(f"Error: --seed names a seed twice ({', '.join(map(str, seeds))})")
+    return seeds
+
+
+def describe_seeds(seeds: list[int]) -> str:
+    """"3 seed(s)" for 0..2, as every earlier run said; "seed(s) 1, 2" for a choice."""
+    if seeds == list(range(len(seeds))):
+        return f"{len(seeds)} seed(s)"
+    return f"seed(s) {', '.join(map(str, seeds))}"
+
+
 # ------------------------------------------------------------------ the summary
 
 

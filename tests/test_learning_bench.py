@@ -216,17 +216,22 @@ def _follows_rules(body):
     return str(a + b) if "number only" in system_prompt(body).lower() else f"{a} + {b} = {a + b}"
 
 
-def test_an_endpoint_run_learns_a_rule_from_feedback_text(capsys):
+@pytest.mark.parametrize("seeds,seed", [(["--seeds", "1"], "0"), (["--seed", "2"], "2")])
+def test_an_endpoint_run_learns_a_rule_from_feedback_text(capsys, seeds, seed):
     """--endpoint: both servers on runtime=upstream; a model that follows the rule it is given
-    makes feedback_rules publish, the learner beat the control, and the table say so."""
+    makes feedback_rules publish, the learner beat the control, and the table say so (for the
+    first seed, or for the one --seed names)."""
     import learning
 
     with FakeUpstream("openai", _follows_rules) as up:
-        assert learning.main(["feedback_rules", "--seeds", "1", "--budget", "4", "--heldout", "6", "--gate-tasks", "4",
+        assert learning.main(["feedback_rules", *seeds, "--budget", "4", "--heldout", "6", "--gate-tasks", "4",
                               "--endpoint", up.url, "--model", "fake-model"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert any(line.startswith("runtime upstream (fake-model at ") for line in out)
-    row = next(line.split() for line in out if line.split()[:1] == ["0"])
+    assert any(f"; {'1 seed(s)' if seed == '0' else 'seed(s) 2'}, 4 reports per seed" in line for line in out), out
+    rows = [line.split() for line in out if line.split()[:1] in (["0"], ["1"], ["2"])]
+    assert [r[0] for r in rows] == [seed], out
+    row = rows[0]
     assert row[1:5] == ["0.000", "0.000", "0.000", "1.000"] and row[5:8] == ["-", "-", "1"], out  # no lineage: a harness recipe
     assert out[-1].startswith("feedback_rules: learner 1.000±0.000 vs control 0.000±0.000 on 6 held-out tasks, "
                               "1/1 seeds above control, "), out[-1]
@@ -409,6 +414,38 @@ def test_every_driver_takes_its_command_line(recipe, capsys):
         learning.main([recipe, "--help"])
     assert exit_.value.code == 0
     assert "--seeds" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("recipe", ["sao", *sorted(__import__("learning").DRIVERS)])
+@pytest.mark.parametrize("argv,message", [
+    (["--seeds", "2", "--seed", "1"], "not allowed with argument"),
+    (["--seed", "1", "--seed", "1"], "--seed names a seed twice (1, 1)"),
+    (["--seed", "-1"], "--seed 0 or more"),
+    (["--seeds", "0"], "--seeds must be 1 or more"),
+])
+def test_every_driver_refuses_seeds_it_cannot_run(recipe, argv, message, capsys):
+    """``--seeds N`` or ``--seed S`` (repeatable), the same in the registry's runner and every
+    driver: both at once, a seed twice or none at all exit before any server starts."""
+    import learning
+
+    with pytest.raises(SystemExit) as exit_:
+        learning.main([recipe, *argv])
+    assert exit_.value.code not in (0, None)
+    assert message in capsys.readouterr().err + str(exit_.value.code)
+
+
+def test_chosen_seeds_keep_the_order_given():
+    import argparse
+
+    from learning_tasks import add_seed_options, chosen_seeds, describe_seeds
+
+    parser = argparse.ArgumentParser()
+    add_seed_options(parser)
+    assert chosen_seeds(parser.parse_args([])) == [0, 1, 2]
+    assert chosen_seeds(parser.parse_args(["--seeds", "2"])) == [0, 1]
+    assert chosen_seeds(parser.parse_args(["--seed", "1", "--seed", "0", "--seed", "2"])) == [1, 0, 2]
+    assert (describe_seeds([0, 1, 2]), describe_seeds([1]), describe_seeds([1, 0])) == \
+        ("3 seed(s)", "seed(s) 1", "seed(s) 1, 0")
 
 
 def test_the_servers_of_a_seed_are_stopped_at_once():
