@@ -121,7 +121,8 @@ def test_the_default_task_leaves_room_a_one_number_edit_can_take():
 
 def test_floor_only_runs_search_only_alone_and_says_so():
     bench, seeds = ld.parse(["tttd", "--floor-only", "--budget", "64", "--seeds", "2"])
-    assert bench.sides == ("search-only",) and seeds == 2 and bench.samples == 64
+    assert bench.sides == ("search-only",) and seeds == [0, 1] and bench.samples == 64
+    assert ld.parse(["tttd", "--seed", "1", "--seed", "0"])[1] == [1, 0]
     assert ld.parse(["tttd"])[0].sides == ld.MODES
     results = [ld.DiscoverySeed(0, {"search-only": _side([0.05, 0.1], [0.5, 0.25])}),
                ld.DiscoverySeed(1, {"search-only": _side([0.1, 0.2], [0.25, 0.25])})]
