@@ -2,7 +2,9 @@
 
 The batch is one complete G×R grid of scored rollouts of one search step (``tttd_grid``
 filter, ``batch_size`` = G×R); the barrier is checked again here. Constant-reward groups are
-removed (a grid of only constant groups has no reward signal and trains nothing), each
+removed (when every group is constant the first is kept, as the reference does: the step then
+trains the KL term alone, which pulls a policy that has collapsed onto one answer back towards
+the base; with the policy still at the base, or ``kl_coef`` 0, it trains nothing), each
 remaining group gets adaptive-β entropic leave-one-out advantages (``tttd``) or a group-mean baseline (``tttd-mean``), the centred
 frozen-base KL is folded into the per-token advantages, and one Adam step on the un-clipped
 importance-sampling token-sum loss trains the policy's LoRA (``TTTDAlgorithm``, run by
@@ -124,12 +126,11 @@ class TTTDRecipe(Recipe):
             ctx.skip("search-only: nothing trains", "not_training")
             ctx.log.info("tttd step %d (search-only, nothing trains): %s", grid.step, _fmt(metrics))
             return None
-        if metrics["constant_groups"] == len(rewards):
-            # no reward signal: every advantage is 0, only the KL term would move the policy
-            ctx.skip(f"nothing to learn: every group of grid step {grid.step} has a constant reward (no reward "
-                     "signal); the lineage did not move", "nothing_to_learn")
-            ctx.log.info("tttd: %s", ctx.skip_reason)
-            return None
+        # every group constant: no reward signal, every advantage 0; only the KL term can move the
+        # policy (towards the base), and does when there is a KL term and an adapter to move
+        kl_only = metrics["constant_groups"] == len(rewards)
+        if kl_only and self.algorithm.kl_coef == 0:
+            return self._nothing_to_learn(ctx, grid.step, "and kl_coef is 0")
         groups = []
         for g in keep:
             group = []
@@ -155,6 +156,9 @@ class TTTDRecipe(Recipe):
         runtime = require_trainable(ctx.runtime, ctx.recipe)
         base = runtime.base_model()
         adapter, learner_dir, source = lineage.learner_source(head, current, runtime, "tttd")
+        if kl_only and adapter is None:
+            return self._nothing_to_learn(ctx, grid.step, "and the policy is the base model (no adapter yet)")
+        metrics["kl_only"] = kl_only
         before = read_learner_state(learner_dir, "tttd") if learner_dir is not None else None
         artifact = ctx.new_artifact()
         with ctx.progress.task(f"tttd step {grid.step}: {len(keep)} group(s) x {self.rollouts} "
@@ -184,12 +188,20 @@ class TTTDRecipe(Recipe):
         return Candidate(
             scenario=batch.scenario, recipe=ctx.recipe, artifact_dir=artifact,
             base_release_id=current.release_id if current else None,
-            summary=(f"{self.variant} grid step {grid.step}: {len(keep)}x{self.rollouts} rollouts, reward mean "
+            summary=(f"{self.variant} grid step {grid.step}: {len(keep)}x{self.rollouts} rollouts"
+                     + (" (every group constant: the KL term alone trained)" if kl_only else "") + ", reward mean "
                      f"{metrics['reward_mean']:.3f} max {metrics['reward_max']:.3f}, beta {metrics['beta_mean']:.3g}"),
             metadata={"tttd": {"metrics": metrics, "learner_steps": result["counters"]["steps"],
                                "learner_from": source},
                       "lineage": lineage.candidate_metadata(new, reset=reset, lags=lags)},
         )
+
+    @staticmethod
+    def _nothing_to_learn(ctx: RecipeContext, step: int, why: str) -> None:
+        ctx.skip(f"nothing to learn: every group of grid step {step} has a constant reward (no reward signal) {why}; "
+                 "the lineage did not move", "nothing_to_learn")
+        ctx.log.info("tttd: %s", ctx.skip_reason)
+        return None
 
 
 def _rollout(exp: Any) -> Rollout | str:

@@ -170,12 +170,79 @@ def test_a_rejected_grid_steps_training_continues_on_the_lineage(tmp_path, train
 
 
 def test_a_grid_without_reward_signal_proposes_no_candidate(tmp_path, trainable_runtime, grid_batch):
-    """Every group's reward is constant: every advantage is 0, so nothing trains (counted, with
-    the reason) and the lineage does not move."""
+    """Every group's reward is constant and the policy is still the base: every advantage is 0
+    and so is the KL term, so nothing trains (counted, with the reason) and the lineage does
+    not move."""
     flat = Batch(grid_batch.scenario, [replace(e, score=1.0) for e in grid_batch])
     recipe = TTTDRecipe(groups_per_step=2, rollouts_per_group=4, lora_rank=4, lora_alpha=8, state_dir=tmp_path / "st")
     ctx = recipe_context(tmp_path / "s1", None, recipe="tttd", runtime=trainable_runtime)
     assert recipe.propose(flat, None, ctx) is None
     assert ctx.skip_kind == "nothing_to_learn" and "constant reward" in ctx.skip_reason
+    assert "the policy is the base model" in ctx.skip_reason
     assert recipe.lineages.head(grid_batch.scenario) is None
 
+
+def test_a_constant_grid_after_training_trains_the_kl_term_alone(tmp_path, trainable_runtime, grid_batch):
+    """As the reference does, a grid whose every group is constant keeps one group: with the
+    lineage away from the base, the step trains the KL term alone (a candidate that says so);
+    with kl_coef 0 there is nothing to train."""
+    flat = Batch(grid_batch.scenario, [replace(e, score=1.0) for e in grid_batch])
+    for kl_coef, trains in ((0.1, True), (0.0, False)):
+        recipe = TTTDRecipe(groups_per_step=2, rollouts_per_group=4, lora_rank=4, lora_alpha=8, lr=1e-2,
+                            kl_coef=kl_coef, max_staleness=4, state_dir=tmp_path / f"st{kl_coef}")
+        ctx = lambda name: recipe_context(tmp_path / name, None, recipe="tttd", runtime=trainable_runtime)  # noqa: E731
+        assert recipe.propose(grid_batch, None, ctx(f"a{kl_coef}")).metadata["tttd"]["metrics"]["kl_only"] is False
+        second = ctx(f"b{kl_coef}")
+        cand = recipe.propose(flat, None, second)
+        if not trains:
+            assert cand is None and second.skip_kind == "nothing_to_learn" and "kl_coef is 0" in second.skip_reason
+            assert recipe.lineages.head(grid_batch.scenario).step == 1
+            continue
+        m = cand.metadata["tttd"]["metrics"]
+        assert m["kl_only"] is True and m["training_groups"] == 1 and m["constant_groups_removed"] == 1
+        # the reward part (the LOO's 1e-12 guard aside); the KL part is per token
+        assert (m["advantage_max"], m["advantage_min"]) == (pytest.approx(0.0, abs=1e-9),) * 2
+        assert "the KL term alone trained" in cand.summary
+        assert recipe.lineages.head(grid_batch.scenario).step == 2
+
+
+def test_a_kl_only_step_pulls_a_moved_policy_back_towards_the_base(tiny_model_dir, grid_batch):
+    """What the KL-only step does: with every advantage 0, the centred fold's per-token
+    advantage −kl_coef·(diff_t − mean diff), diff_t = log π(t) − log p_base(t), is the gradient of
+    −kl_coef/2·Σ(diff_t − mean)², so a policy that moved away from the base (a few steps of
+    reward) comes back in line with it on the grid's tokens: that sum shrinks, and ends below
+    where the same step without the KL term (Adam's momentum alone) leaves it."""
+    import copy
+
+    from reef_train import Sample, collate, reference_logprobs, token_logprobs
+
+    base = SimpleNamespace(path=tiny_model_dir, device="cpu")
+    recipe = TTTDRecipe(lr=1e-2, lora_rank=4, lora_alpha=8, lora_lm_head=True, kl_coef=1.0)
+    learner = Learner(recipe.algorithm, recipe.lora, base, pad_id=0)
+    exps = list(grid_batch)
+    rows = [Rollout(e.records[0].prompt_token_ids, e.records[0].response_token_ids, e.records[0].logprobs,
+                    float(e.score)) for e in exps]
+    batch = collate([Sample(r.prompt_ids, r.response_ids) for r in rows], 0)
+    ones = torch.ones(len(rows))
+
+    def spread(of: Learner = learner) -> tuple[float, list[list[float]]]:
+        """Σ(diff_t − mean diff)² over the rollouts' tokens, and π's logprobs of each rollout."""
+        with torch.no_grad():
+            now, ref = token_logprobs(of.policy, batch, ones), reference_logprobs(of.policy, batch, ones)
+        mask = batch.response_mask > 0
+        diff = (now - ref)[mask]
+        logps = [[float(x) for x in now[i][mask[i]]] for i in range(len(rows))]
+        return float(((diff - diff.mean()) ** 2).sum()), logps
+
+    assert spread()[0] == pytest.approx(0.0, abs=1e-8)  # a fresh LoRA is the base
+    for _ in range(3):
+        learner.step([rows[:4], rows[4:]])
+    before, logps = spread()
+    assert before > 0.1  # the policy moved away from the base
+    # the same rollouts as the moved policy samples them, every reward equal: only the KL term trains
+    constant = [Rollout(r.prompt_ids, r.response_ids, lp, 1.0) for r, lp in zip(rows, logps)]
+    twin = copy.deepcopy(learner)
+    metrics = learner.step([constant])
+    assert (metrics["advantage_max"], metrics["advantage_min"]) == (pytest.approx(0.0, abs=1e-9),) * 2
+    replace(recipe.algorithm, kl_coef=0.0).step(twin, [constant])
+    assert spread()[0] < before and spread()[0] < spread(twin)[0]  # momentum alone carried it further away
