@@ -98,6 +98,9 @@ class SideResult:
 
     history: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
+    #: the server's steps of this search: trained on a reward signal, on the KL term alone
+    #: (every group constant), or skipped (nothing trained); empty when unknown
+    steps: dict[str, int] = field(default_factory=dict)
 
     @property
     def best(self) -> float:
@@ -127,13 +130,32 @@ class DiscoverySeed:
         return self.sides["tttd"].best - floor > 1e-9 * max(1.0, abs(floor))
 
 
+def step_kinds(candidates: list[dict[str, Any]]) -> dict[str, int]:
+    """How the server's candidates of one search trained: ``reward`` (a reward signal),
+    ``kl_only`` (every group constant: the KL term alone) or ``skipped`` (nothing trained)."""
+    from reef_recipe_tttd.recipe import KL_ONLY
+
+    kinds = {"reward": 0, "kl_only": 0, "skipped": 0}
+    for c in candidates:
+        if c.get("status") == "skipped":
+            kinds["skipped"] += 1
+        elif KL_ONLY in (c.get("summary") or ""):
+            kinds["kl_only"] += 1
+        elif c.get("status") in ("selected", "published"):
+            kinds["reward"] += 1
+    return kinds
+
+
 def seed_table(results: list[DiscoverySeed]) -> str:
-    rows = ["seed | tttd best | search-only best | tttd valid first→last | search-only valid first→last | min",
-            "---- | -------- | ---------------- | --------------------- | ---------------------------- | ---"]
+    rows = ["seed | tttd best | search-only best | tttd valid first→last | search-only valid first→last | "
+            "tttd steps reward/KL-only/skipped | min",
+            "---- | -------- | ---------------- | --------------------- | ---------------------------- | "
+            "--------------------------------- | ---"]
     for r in results:
         t, s = r.sides["tttd"], r.sides["search-only"]
+        kinds = "/".join(str(t.steps[k]) for k in ("reward", "kl_only", "skipped")) if t.steps else "-"
         rows.append(f"{r.seed} | {t.best:.4f} | {s.best:.4f} | {t.valid('first'):.0%}→{t.valid('last'):.0%} | "
-                    f"{s.valid('first'):.0%}→{s.valid('last'):.0%} | {r.seconds / 60:.1f}"
+                    f"{s.valid('first'):.0%}→{s.valid('last'):.0%} | {kinds} | {r.seconds / 60:.1f}"
                     + (f" | errors: {t.error or ''} {s.error or ''}" if t.error or s.error else ""))
     return "\n".join(rows)
 
@@ -181,6 +203,10 @@ def run_side(server: Any, bench: DiscoveryBench, seed: int, run_dir: Path, log: 
         result.error = f"{type(exc).__name__}: {exc}"
         log(f"  [{server.name}] stopped: {result.error}\n{server.log_tail()}")
     finally:
+        try:
+            result.steps = step_kinds(client.candidates(limit=1000))
+        except Exception:  # noqa: BLE001 - a count for the table; the search's result stands without it
+            pass
         client.close()
     return result
 
