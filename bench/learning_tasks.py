@@ -234,10 +234,14 @@ RECIPES: dict[str, RecipeBench] = {
         # a policy gradient from single scored rollouts needs the sampling logprobs: sampled traffic
         temperature=0.7,
         # several optimizer steps per candidate so a gated change is large enough to measure
-        # (reef_recipe_sao/README.md); grpo_dis needs groups: 4 rollouts of each prompt in a row
-        recipe={"name": "sao", "batch_size": 8, "steps_per_candidate": 4, "lr": 5e-4, "n_samples_per_prompt": 1,
+        # (reef_recipe_sao/README.md); grpo_dis needs groups: 4 rollouts of each prompt in a row.
+        # lr: the recipe's default 2e-4; 5e-4 was chosen when every candidate restarted from
+        # serving, and with the lineage it drove 5 of 6 lineages into a late reset, where two
+        # runs at 2e-4 met the target on every seed (docs/bench.md); grpo_dis keeps the 5e-4 it
+        # was measured at
+        recipe={"name": "sao", "batch_size": 8, "steps_per_candidate": 4, "lr": 2e-4, "n_samples_per_prompt": 1,
                 "num_critic_only_steps": 2},
-        modes={"sao": {"mode": "sao"}, "grpo_dis": {"mode": "grpo_dis", "n_samples_per_prompt": 4}},
+        modes={"sao": {"mode": "sao"}, "grpo_dis": {"mode": "grpo_dis", "n_samples_per_prompt": 4, "lr": 5e-4}},
         seed_option="seed",
         # greedy over 64 tasks (one round): the sampled gate over 24 tasks (960 episodes) still
         # could not see +0.14, since the tasks' own spread dominates; 64 tasks resolve about +0.12

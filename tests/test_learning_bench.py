@@ -293,11 +293,13 @@ def test_recipe_options_go_over_the_entrys_in_every_server_config(capsys):
     import learning
 
     bench = RECIPES["sao"]
-    changed = learning.with_recipe_options(bench, ["lr=2e-4", "num_critic_only_steps=0", "device=cpu"])
+    changed = learning.with_recipe_options(bench, ["lr=3e-4", "num_critic_only_steps=0", "device=cpu"])
     config = learning.server_config(changed, None, 1, bench.split(1), learning=True)["recipe"]
-    assert (config["lr"], config["num_critic_only_steps"], config["device"], config["seed"]) == (2e-4, 0, "cpu", 1)
-    assert config["batch_size"] == bench.recipe["batch_size"] and bench.recipe["lr"] == 5e-4  # the entry unchanged
+    assert (config["lr"], config["num_critic_only_steps"], config["device"], config["seed"]) == (3e-4, 0, "cpu", 1)
+    assert config["batch_size"] == bench.recipe["batch_size"] and bench.recipe["lr"] == 2e-4  # the entry unchanged
     assert learning.with_recipe_options(bench, []) is bench
+    # grpo_dis keeps the lr it was measured at
+    assert bench.recipe_config("grpo_dis")["lr"] == 5e-4 and bench.recipe_config(None)["lr"] == 2e-4
     with pytest.raises(SystemExit) as exited:
         learning.main(["sao", "--recipe-option", "lr"])
     assert exited.value.code == 2 and "--recipe-option takes KEY=VALUE, not 'lr'" in capsys.readouterr().err
