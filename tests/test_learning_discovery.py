@@ -81,8 +81,15 @@ def test_a_failed_side_counts_as_nothing():
 def test_smoke_one_seed_tiny_budget(capsys):
     """Both real servers (the embedded SmolLM2) for two steps of a 2x4 grid."""
     assert ld.main(["tttd", "--seeds", "1", "--budget", "16", "--rollouts", "4", "--lora-rank", "8"]) == 0
-    last = capsys.readouterr().out.strip().splitlines()[-1]
+    out = capsys.readouterr().out.strip().splitlines()
+    last = out[-1]
     assert last.startswith("tttd: best ") and "at 16 samples" in last and "/1 seeds above search-only" in last
+    # the learner's steps, counted from the server's candidates: every one of the 2 grids is one
+    import re
+
+    [row] = [line for line in out if line.startswith("0 | ")]
+    kinds = re.search(r"\| (\d+)/(\d+)/(\d+) \|", row)
+    assert kinds and sum(map(int, kinds.groups())) == 2, row
 
 
 def test_equal_bests_up_to_float_noise_are_not_above():
