@@ -132,7 +132,7 @@ class Leases:
         if holding is None:
             yield None
             return
-        beat = asyncio.create_task(self._heartbeat(holding), name=f"reef-lease-{scenario}")
+        beat = asyncio.create_task(self._heartbeat(holding, time.monotonic()), name=f"reef-lease-{scenario}")
         try:
             yield holding
         finally:
@@ -144,7 +144,8 @@ class Leases:
                 log.warning("%s: releasing the growth lease failed; it expires in %.0f s", scenario, self.ttl_s,
                             exc_info=True)
 
-    async def _heartbeat(self, holding: Holding) -> None:
+    async def _heartbeat(self, holding: Holding, renewed_at: float) -> None:
+        """Renew ``holding`` every third of the TTL; ``renewed_at``: when it was acquired."""
         while not holding.lost:
             await asyncio.sleep(self.ttl_s / 3)
             try:
@@ -155,10 +156,25 @@ class Leases:
             except Exception:  # a database hiccup: the next beat tries again before the expiry
                 log.warning("%s: renewing the growth lease failed", holding.scenario, exc_info=True)
                 continue
+            since = time.monotonic() - renewed_at
             if not renewed:
                 holding.lost = True
-                log.warning("%s: the growth lease (token %d) was lost; this step cannot publish",
-                            holding.scenario, holding.token)
+                log.warning("%s: the growth lease (token %d) was lost; this step cannot publish%s",
+                            holding.scenario, holding.token, late_renewal(since, self.ttl_s))
+                continue
+            renewed_at = time.monotonic()
+            if since > self.ttl_s * 2 / 3:
+                log.warning("%s: the growth lease was renewed %.1f s after the last renewal (loop.lease_ttl_s %.0f "
+                            "s, renewed every %.1f s): the process is slow to renew it", holding.scenario, since,
+                            self.ttl_s, self.ttl_s / 3)
+
+
+def late_renewal(since: float, ttl_s: float) -> str:
+    """Why a held lease expired, when the heartbeat came too late to renew it."""
+    if since < ttl_s:
+        return ""  # taken or released by someone else, not expired under us
+    return (f" (its last renewal was {since:.1f} s earlier, past loop.lease_ttl_s {ttl_s:.0f} s: this process did "
+            "not get to renew it in time, e.g. its event loop or threads were blocked or the machine overloaded)")
 
 
 def settle_orphans(store: Any, rows: Iterable[CandidateRow], max_attempts: int) -> list[str]:

@@ -210,3 +210,30 @@ def test_start_up_settles_only_candidates_whose_lease_is_provably_dead(tmp_path,
     assert store.get_candidate(ghost.id).status == "error"
     assert store.get_candidate(live.id).status == "evaluating"
     assert store.get_lease("other").expires_at <= store.lease_clock()  # released after settling
+
+
+def test_a_lease_lost_to_a_blocked_heartbeat_says_so(store, caplog):
+    """The heartbeat renews every third of the TTL; a process that cannot run it for longer than
+    the TTL (here its event loop blocked) loses the lease, and the warning says it was late, not
+    taken, so the log explains a step that then fails with ``LeaseLost``."""
+    import asyncio
+    import logging
+
+    from reef_core.grow.lease import late_renewal
+
+    async def blocked() -> bool:
+        leases = Leases(store, ttl_s=1.0)
+        async with leases.hold("s") as holding:
+            time.sleep(2.0)  # the loop cannot run the heartbeat: the lease expires under it
+            for _ in range(50):
+                if holding.lost:
+                    break
+                await asyncio.sleep(0.1)
+            return holding.lost
+
+    with caplog.at_level(logging.WARNING, logger="reef.grow"):
+        assert asyncio.run(blocked())
+    [message] = [r.getMessage() for r in caplog.records if "was lost" in r.getMessage()]
+    assert "past loop.lease_ttl_s 1 s: this process did not get to renew it in time" in message
+    assert late_renewal(5.0, 30.0) == ""  # renewed recently: taken or released by another, not late
+    assert "its last renewal was 31.0 s earlier" in late_renewal(31.0, 30.0)
