@@ -145,9 +145,15 @@ class Leases:
                             exc_info=True)
 
     async def _heartbeat(self, holding: Holding, renewed_at: float) -> None:
-        """Renew ``holding`` every third of the TTL; ``renewed_at``: when it was acquired."""
+        """Renew ``holding`` every third of the TTL; ``renewed_at``: when it was acquired.
+
+        A renewal extends the expiry from the moment it starts, so the next one is due a third
+        of the TTL after that start, not after it returned: a renewal slowed by its database
+        (a commit waiting behind a large fsync, say) then still leaves the next one two thirds
+        of the TTL to start in, instead of losing the lease to the time the slow one took."""
         while not holding.lost:
-            await asyncio.sleep(self.ttl_s / 3)
+            await asyncio.sleep(max(0.0, renewed_at + self.ttl_s / 3 - time.monotonic()))
+            started = time.monotonic()
             try:
                 renewed = await asyncio.to_thread(self.store.renew_lease, holding.scenario, holding.holder,
                                                   holding.token, self.ttl_s)
@@ -155,18 +161,20 @@ class Leases:
                 raise
             except Exception:  # a database hiccup: the next beat tries again before the expiry
                 log.warning("%s: renewing the growth lease failed", holding.scenario, exc_info=True)
+                await asyncio.sleep(min(1.0, self.ttl_s / 10))
                 continue
-            since = time.monotonic() - renewed_at
             if not renewed:
                 holding.lost = True
                 log.warning("%s: the growth lease (token %d) was lost; this step cannot publish%s",
-                            holding.scenario, holding.token, late_renewal(since, self.ttl_s))
+                            holding.scenario, holding.token, late_renewal(started - renewed_at, self.ttl_s))
                 continue
-            renewed_at = time.monotonic()
-            if since > self.ttl_s * 2 / 3:
-                log.warning("%s: the growth lease was renewed %.1f s after the last renewal (loop.lease_ttl_s %.0f "
-                            "s, renewed every %.1f s): the process is slow to renew it", holding.scenario, since,
-                            self.ttl_s, self.ttl_s / 3)
+            late, took = started - renewed_at, time.monotonic() - started
+            renewed_at = started
+            if late > self.ttl_s * 2 / 3 or took > self.ttl_s / 3:
+                log.warning("%s: renewing the growth lease started %.1f s after the last renewal and took %.1f s "
+                            "(loop.lease_ttl_s %.0f s): the process or its database is slow, and a renewal that "
+                            "starts more than the TTL after the last one loses the lease", holding.scenario, late,
+                            took, self.ttl_s)
 
 
 def late_renewal(since: float, ttl_s: float) -> str:

@@ -237,3 +237,29 @@ def test_a_lease_lost_to_a_blocked_heartbeat_says_so(store, caplog):
     assert "past loop.lease_ttl_s 1 s: this process did not get to renew it in time" in message
     assert late_renewal(5.0, 30.0) == ""  # renewed recently: taken or released by another, not late
     assert "its last renewal was 31.0 s earlier" in late_renewal(31.0, 30.0)
+
+
+def test_a_slow_renewal_keeps_the_lease_and_warns(store, caplog):
+    """A renewal extends the expiry from when it starts; one that takes longer than a third of
+    the TTL (its database slow) must not push the next one past the expiry: the next beat is due
+    a third of the TTL after the last one started. Before, a renewal taking 1.5 s of a 2 s TTL
+    lost the lease on the next beat."""
+    import asyncio
+    import logging
+
+    def slow_renew(*args):  # the expiry is set from the statement's start, the commit is slow to return
+        renewed = RecordStore.renew_lease(store, *args)
+        time.sleep(1.5)
+        return renewed
+
+    async def held() -> bool:
+        leases = Leases(store, ttl_s=2.0)
+        store.renew_lease = slow_renew  # the instance's, for this holding's heartbeat
+        async with leases.hold("s") as holding:
+            await asyncio.sleep(4.0)  # three renewals, each 1.5 s long
+            return holding.lost
+
+    with caplog.at_level(logging.WARNING, logger="reef.grow"):
+        assert asyncio.run(held()) is False
+    assert any("renewing the growth lease started" in r.getMessage() and "took 1.5 s" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
