@@ -132,14 +132,14 @@ class DiscoverySeed:
 
 def step_kinds(candidates: list[dict[str, Any]]) -> dict[str, int]:
     """How the server's candidates of one search trained: ``reward`` (a reward signal),
-    ``kl_only`` (every group constant: the KL term alone) or ``skipped`` (nothing trained)."""
-    from reef_recipe_tttd.recipe import KL_ONLY
-
+    ``kl_only`` (every group constant: the KL term alone, the step's ``tttd.metrics.kl_only``)
+    or ``skipped`` (nothing trained)."""
     kinds = {"reward": 0, "kl_only": 0, "skipped": 0}
     for c in candidates:
+        metrics = (((c.get("artifact") or {}).get("metadata") or {}).get("tttd") or {}).get("metrics") or {}
         if c.get("status") == "skipped":
             kinds["skipped"] += 1
-        elif KL_ONLY in (c.get("summary") or ""):
+        elif metrics.get("kl_only"):
             kinds["kl_only"] += 1
         elif c.get("status") in ("selected", "published"):
             kinds["reward"] += 1

@@ -60,11 +60,11 @@ def test_summary_line_and_table():
     line = ld.summary("tttd", results, 32, 3.04)
     assert line == ("tttd: best 0.550±0.071 vs search-only 0.475±0.106 at 32 samples, valid 38%→100% vs 38%→50%, "
                     "1/2 seeds above search-only, 3.0 min")
+    def trained(kl_only):
+        return {"status": "published", "artifact": {"metadata": {"tttd": {"metrics": {"kl_only": kl_only}}}}}
+
     results[0].sides["tttd"].steps = ld.step_kinds([
-        {"status": "published", "summary": "tttd grid step 0: 2x8 rollouts, reward mean 0.1"},
-        {"status": "published", "summary": "tttd grid step 1: 1x8 rollouts (every group constant: the KL term alone "
-                                           "trained), reward mean 0.6"},
-        {"status": "skipped", "summary": None}, {"status": "error", "summary": "x"}])
+        trained(False), trained(True), {"status": "skipped", "artifact": None}, {"status": "error", "summary": "x"}])
     table = ld.seed_table(results)
     assert "0 | 0.6000 | 0.4000 | 25%→100% | 25%→50% | 1/1/1 | " in table
     assert "1 | 0.5000 | 0.5500 | 50%→100% | 50%→50% | - | " in table  # not counted: unknown

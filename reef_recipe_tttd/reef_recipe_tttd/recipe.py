@@ -37,8 +37,6 @@ if TYPE_CHECKING:
 # command that composes a served configuration), which must not cost torch's import.
 
 VARIANTS = ("tttd", "tttd-mean", "search-only")
-#: what the summary of a candidate that trained the KL term alone says (every group constant)
-KL_ONLY = "every group constant: the KL term alone trained"
 
 
 class TTTDRecipe(Recipe):
@@ -191,7 +189,7 @@ class TTTDRecipe(Recipe):
             scenario=batch.scenario, recipe=ctx.recipe, artifact_dir=artifact,
             base_release_id=current.release_id if current else None,
             summary=(f"{self.variant} grid step {grid.step}: {len(keep)}x{self.rollouts} rollouts"
-                     + (f" ({KL_ONLY})" if kl_only else "") + ", reward mean "
+                     + (" (every group constant: the KL term alone trained)" if kl_only else "") + ", reward mean "
                      f"{metrics['reward_mean']:.3f} max {metrics['reward_max']:.3f}, beta {metrics['beta_mean']:.3g}"),
             metadata={"tttd": {"metrics": metrics, "learner_steps": result["counters"]["steps"],
                                "learner_from": source},
