@@ -30,7 +30,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..commit.lineage import lineage_of
@@ -90,6 +90,9 @@ class Holding:
     holder: str
     token: int
     lost: bool = False
+    #: when the statement that set the current expiry started (``time.monotonic``): the
+    #: acquisition, then each renewal, which extend the expiry from that moment
+    renewed_at: float = field(default_factory=time.monotonic)
 
 
 class Leases:
@@ -103,6 +106,7 @@ class Leases:
 
     def acquire(self, scenario: str) -> Holding | None:
         """Take ``scenario``'s lease (blocking): the holding, or None while a live process has it."""
+        started = time.monotonic()
         token = self.store.acquire_lease(scenario, self.holder, self.ttl_s)
         if token is None:
             current = self.store.get_lease(scenario)
@@ -114,7 +118,7 @@ class Leases:
                 return None
             log.warning("%s: took the growth lease over from %s, a process of this host that is gone",
                         scenario, current.holder)
-        return Holding(scenario, self.holder, token)
+        return Holding(scenario, self.holder, token, renewed_at=started)
 
     def release(self, holding: Holding) -> None:
         self.store.release_lease(holding.scenario, holding.holder, holding.token)
@@ -132,7 +136,7 @@ class Leases:
         if holding is None:
             yield None
             return
-        beat = asyncio.create_task(self._heartbeat(holding, time.monotonic()), name=f"reef-lease-{scenario}")
+        beat = asyncio.create_task(self._heartbeat(holding), name=f"reef-lease-{scenario}")
         try:
             yield holding
         finally:
@@ -144,15 +148,15 @@ class Leases:
                 log.warning("%s: releasing the growth lease failed; it expires in %.0f s", scenario, self.ttl_s,
                             exc_info=True)
 
-    async def _heartbeat(self, holding: Holding, renewed_at: float) -> None:
-        """Renew ``holding`` every third of the TTL; ``renewed_at``: when it was acquired.
+    async def _heartbeat(self, holding: Holding) -> None:
+        """Renew ``holding`` every third of the TTL, counted from ``holding.renewed_at``.
 
         A renewal extends the expiry from the moment it starts, so the next one is due a third
         of the TTL after that start, not after it returned: a renewal slowed by its database
         (a commit waiting behind a large fsync, say) then still leaves the next one two thirds
         of the TTL to start in, instead of losing the lease to the time the slow one took."""
         while not holding.lost:
-            await asyncio.sleep(max(0.0, renewed_at + self.ttl_s / 3 - time.monotonic()))
+            await asyncio.sleep(max(0.0, holding.renewed_at + self.ttl_s / 3 - time.monotonic()))
             started = time.monotonic()
             try:
                 renewed = await asyncio.to_thread(self.store.renew_lease, holding.scenario, holding.holder,
@@ -166,10 +170,10 @@ class Leases:
             if not renewed:
                 holding.lost = True
                 log.warning("%s: the growth lease (token %d) was lost; this step cannot publish%s",
-                            holding.scenario, holding.token, late_renewal(started - renewed_at, self.ttl_s))
+                            holding.scenario, holding.token, late_renewal(started - holding.renewed_at, self.ttl_s))
                 continue
-            late, took = started - renewed_at, time.monotonic() - started
-            renewed_at = started
+            late, took = started - holding.renewed_at, time.monotonic() - started
+            holding.renewed_at = started
             if late > self.ttl_s * 2 / 3 or took > self.ttl_s / 3:
                 log.warning("%s: renewing the growth lease started %.1f s after the last renewal and took %.1f s "
                             "(loop.lease_ttl_s %.0f s): the process or its database is slow, and a renewal that "
