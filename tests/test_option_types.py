@@ -9,7 +9,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from reef_core.cli import main
 from reef_core.config import load_settings
 from reef_core.errors import ConfigError
 from reef_core.plugins import instantiate, load_plugins
@@ -146,11 +148,12 @@ def test_constructor_value_error_names_the_group(third_party):
     (["evaluator=threshold", "evaluator.tasks=[]", "+scenarios.s.evaluator_options.delta=x"],
      "scenarios.s.evaluator_options.delta", "float"),
 ])
-def test_builtin_wrong_types_fail_on_the_cli_with_one_line(tmp_path, overrides, key, expected):
-    env = {k: v for k, v in os.environ.items() if k != "REEF_PLUGINS"}
-    result = subprocess.run([sys.executable, "-m", "reef_core", "config", *overrides], env=env, cwd=tmp_path,
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 2, result.stderr
+def test_builtin_wrong_types_fail_on_the_cli_with_one_line(tmp_path, monkeypatch, overrides, key, expected):
+    # in process (a process of its own is test_serve_refuses_a_wrong_type_before_starting's)
+    monkeypatch.delenv("REEF_PLUGINS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["config", *overrides], prog_name="reef")
+    assert result.exit_code == 2, (result.stderr, result.exception)
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
