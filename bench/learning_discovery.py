@@ -58,10 +58,11 @@ class DiscoveryBench:
     lr: float = 5e-4
     lora_rank: int = 32
     kl_coef: float = 0.1
-    #: the reference samples at 1; SmolLM2-135M writes a parseable answer about one time in
-    #: sixteen there and seven in sixteen at 0.7 (spread5, measured), so the bench samples at 0.7
-    #: (both sides alike)
-    temperature: float = 0.7
+    #: the reference's sampling, both sides alike. At 0.7 SmolLM2-135M writes a valid answer
+    #: more often (about one in five on spread2, one in sixteen at 1), but the learner's samples
+    #: collapse onto one answer and stop improving on some seeds; at 1 they keep varying and it
+    #: climbed on every seed (docs/recipes/tttd.md, "The lr and the sampling temperature")
+    temperature: float = 1.0
     guidance: bool = False
     #: a local Hugging Face model directory both servers serve and the learner trains instead of
     #: the embedded SmolLM2-135M (``runtime.model``), on ``device`` (``runtime.device``)
