@@ -158,6 +158,7 @@ class Leases:
         while not holding.lost:
             await asyncio.sleep(max(0.0, holding.renewed_at + self.ttl_s / 3 - time.monotonic()))
             started = time.monotonic()
+            late = started - holding.renewed_at
             try:
                 renewed = await asyncio.to_thread(self.store.renew_lease, holding.scenario, holding.holder,
                                                   holding.token, self.ttl_s)
@@ -170,9 +171,9 @@ class Leases:
             if not renewed:
                 holding.lost = True
                 log.warning("%s: the growth lease (token %d) was lost; this step cannot publish%s",
-                            holding.scenario, holding.token, late_renewal(started - holding.renewed_at, self.ttl_s))
+                            holding.scenario, holding.token, late_renewal(late, self.ttl_s))
                 continue
-            late, took = started - holding.renewed_at, time.monotonic() - started
+            took = time.monotonic() - started
             holding.renewed_at = started
             if late > self.ttl_s * 2 / 3 or took > self.ttl_s / 3:
                 log.warning("%s: renewing the growth lease started %.1f s after the last renewal and took %.1f s "

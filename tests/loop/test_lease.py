@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import subprocess
 import sys
 import threading
@@ -10,7 +12,7 @@ import time
 import pytest
 
 from reef_core.compose import build_reef
-from reef_core.grow.lease import Leases, holder_is_dead, host_id, orphans_of, settle_orphans
+from reef_core.grow.lease import Leases, holder_is_dead, host_id, late_renewal, orphans_of, settle_orphans
 from reef_core.plugins import get_plugins
 from reef_core.store import CandidateRow, LeaseLost, Record, RecordStore, Report, new_id
 from reef_core.types import Candidate
@@ -216,11 +218,6 @@ def test_a_lease_lost_to_a_blocked_heartbeat_says_so(store, caplog):
     """The heartbeat renews every third of the TTL; a process that cannot run it for longer than
     the TTL (here its event loop blocked) loses the lease, and the warning says it was late, not
     taken, so the log explains a step that then fails with ``LeaseLost``."""
-    import asyncio
-    import logging
-
-    from reef_core.grow.lease import late_renewal
-
     async def blocked() -> bool:
         leases = Leases(store, ttl_s=1.0)
         async with leases.hold("s") as holding:
@@ -244,9 +241,6 @@ def test_a_slow_renewal_keeps_the_lease_and_warns(store, caplog):
     the TTL (its database slow) must not push the next one past the expiry: the next beat is due
     a third of the TTL after the last one started. Before, a renewal taking 1.5 s of a 2 s TTL
     lost the lease on the next beat."""
-    import asyncio
-    import logging
-
     def slow_renew(*args):  # the expiry is set from the statement's start, the commit is slow to return
         renewed = RecordStore.renew_lease(store, *args)
         if renewed:  # a refusal returns at once, so a lost lease shows within the block
