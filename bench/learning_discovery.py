@@ -11,10 +11,14 @@ score at the end of the budget and the fraction of valid outputs in the first an
 Usage:
     python bench/learning.py tttd [--seeds 3] [--budget 400] [--task spread2] [--groups 2]
                                   [--rollouts 8] [--lr 5e-4] [--guidance] [--model DIR] [--device cuda]
-                                  [--floor-only]
+                                  [--floor-only] [--jobs 3]
 
 ``--model DIR`` serves and trains a local Hugging Face model instead of the embedded
 SmolLM2-135M (which, measured, collapses onto the seed solution: see docs/recipes/tttd.md).
+
+``--jobs N`` runs up to N seeds at once (each its own pair of servers, its log lines prefixed with
+its seed): a seed's two servers leave much of 2 cores idle while they wait on each other, so 3
+seeds at once take far less than 3 times one. The seeds' results do not depend on it.
 
 ``--floor-only`` runs the search-only side alone and prints its best per seed: whether a task
 leaves room above what search alone finds at that budget (the fair test needs it), in minutes.
@@ -71,6 +75,8 @@ class DiscoveryBench:
     #: the servers a seed runs: both, or the floor alone (``--floor-only``: is there room above
     #: what search-only finds, before the learner's budget is spent)
     sides: tuple[str, ...] = MODES
+    #: seeds run at once (``--jobs``), each with its own servers; a bench setting, not a result's
+    jobs: int = 1
 
     @property
     def steps(self) -> int:
@@ -241,6 +247,35 @@ def run_seed(bench: DiscoveryBench, seed: int, runtime: Any, workdir: Path,
     return result
 
 
+def run_seeds(bench: DiscoveryBench, seeds: list[int], runtime: Any, workdir: Path,
+              log: Callable[[str], None]) -> list[DiscoverySeed]:
+    """Every seed, ``bench.jobs`` at a time; the results in the order of ``seeds``.
+
+    With more than one job each seed's lines carry ``[seed S]``. The workers are daemon threads
+    joined with a timeout, as a seed's two searches are, so SIGTERM still stops every server."""
+    if bench.jobs == 1:
+        return [run_seed(bench, seed, runtime, workdir, log) for seed in seeds]
+    results: dict[int, DiscoverySeed] = {}
+    pending = list(seeds)
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not pending:
+                    return
+                seed = pending.pop(0)
+            results[seed] = run_seed(bench, seed, runtime, workdir, lambda line, s=seed: log(f"[seed {s}] {line}"))
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(bench.jobs, len(seeds)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(1.0)
+    return [results[seed] for seed in seeds if seed in results]
+
+
 def parse(argv: list[str]) -> tuple[DiscoveryBench, list[int]]:
     p = argparse.ArgumentParser(prog="bench/learning.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -261,7 +296,11 @@ def parse(argv: list[str]) -> tuple[DiscoveryBench, list[int]]:
                    help="a local Hugging Face model directory to serve and train instead of the embedded "
                         "SmolLM2-135M (a capable model, e.g. on a GPU machine)")
     p.add_argument("--device", default="auto", help="where that model runs: auto, cpu, cuda, cuda:1 ...")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="seeds to run at once, each with its own servers (default 1: one after another)")
     a = p.parse_args(argv)
+    if a.jobs < 1:
+        raise SystemExit("Error: --jobs must be 1 or more")
     if a.model is not None and not Path(a.model).is_dir():
         raise SystemExit(f"Error: --model {a.model!r} is not a directory (a local Hugging Face model)")
     seeds = chosen_seeds(a)
@@ -269,7 +308,7 @@ def parse(argv: list[str]) -> tuple[DiscoveryBench, list[int]]:
         raise SystemExit("Error: --budget must be at least one grid (groups x rollouts)")
     return DiscoveryBench(task=a.task, groups=a.groups, rollouts=a.rollouts, budget=a.budget, lr=a.lr,
                           temperature=a.temperature, lora_rank=a.lora_rank, guidance=a.guidance,
-                          model=a.model, device=a.device,
+                          model=a.model, device=a.device, jobs=a.jobs,
                           sides=("search-only",) if a.floor_only else MODES), seeds
 
 
@@ -296,12 +335,11 @@ def main(argv: list[str]) -> int:
     log(f"{name} on {bench.task}: {bench.groups}x{bench.rollouts} grid, {bench.steps} steps = {bench.samples} samples "
         f"per side, temperature {bench.temperature:g}, lr {bench.lr:g}, LoRA rank {bench.lora_rank}; "
         f"runtime {runtime.description}; {describe_seeds(seeds)}"
-        + ("; search-only alone (--floor-only)" if bench.sides != MODES else ""))
+        + ("; search-only alone (--floor-only)" if bench.sides != MODES else "")
+        + (f"; {bench.jobs} seeds at a time" if bench.jobs > 1 else ""))
     start = time.monotonic()
-    results = []
     with tempfile.TemporaryDirectory(prefix="reef-bench-discovery-") as tmp:
-        for seed in seeds:
-            results.append(run_seed(bench, seed, runtime, Path(tmp), log))
+        results = run_seeds(bench, seeds, runtime, Path(tmp), log)
     minutes = (time.monotonic() - start) / 60
     if bench.sides != MODES:
         log(floor_summary(bench.task, results, bench.samples, minutes))

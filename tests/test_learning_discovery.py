@@ -142,3 +142,37 @@ def test_floor_only_runs_search_only_alone_and_says_so():
     assert ld.floor_summary("spread2", results, 64, 5.2) == (
         "tttd --floor-only on spread2: search-only best 0.150±0.071 at 64 samples (seeds: 0.1000, 0.2000), "
         "valid 38%→25%, 5.2 min")
+
+
+def test_jobs_run_seeds_at_once_and_keep_their_order(monkeypatch):
+    """``--jobs 2`` over 3 seeds: two run at once (a barrier only two concurrent seeds pass), never
+    more than two, each seed's lines carry its seed and the results come back in the seeds' order."""
+    import threading
+
+    assert ld.parse(["tttd"])[0].jobs == 1 and ld.parse(["tttd", "--jobs", "3"])[0].jobs == 3
+    with pytest.raises(SystemExit, match="--jobs"):
+        ld.parse(["tttd", "--jobs", "0"])
+    barrier, lock = threading.Barrier(2, timeout=30), threading.Lock()
+    running, most = [0], [0]
+
+    def fake_run_seed(bench, seed, runtime, workdir, log):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        if seed != 2:  # the first two seeds meet here, so they ran side by side
+            barrier.wait()
+        log(f"seed {seed} done")
+        with lock:
+            running[0] -= 1
+        return ld.DiscoverySeed(seed, {"tttd": _side([0.1 * seed], [1.0])})
+
+    monkeypatch.setattr(ld, "run_seed", fake_run_seed)
+    lines: list[str] = []
+    results = ld.run_seeds(ld.DiscoveryBench(jobs=2), [2, 0, 1], None, Path("."), lines.append)
+    assert [r.seed for r in results] == [2, 0, 1]
+    assert most[0] == 2
+    assert sorted(lines) == ["[seed 0] seed 0 done", "[seed 1] seed 1 done", "[seed 2] seed 2 done"]
+    # one job: the seeds one after another, their lines as before
+    lines.clear()
+    assert [r.seed for r in ld.run_seeds(ld.DiscoveryBench(), [2], None, Path("."), lines.append)] == [2]
+    assert lines == ["seed 2 done"]
