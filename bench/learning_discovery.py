@@ -42,7 +42,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from learning_tasks import add_seed_options, chosen_seeds, describe_seeds, fmt_mean_sd
+from learning_tasks import (
+    add_jobs_option,
+    add_seed_options,
+    chosen_jobs,
+    chosen_seeds,
+    describe_seeds,
+    fmt_mean_sd,
+    run_seeds,
+)
 
 SCENARIO = "bench"
 MODES = ("tttd", "search-only")
@@ -247,35 +255,6 @@ def run_seed(bench: DiscoveryBench, seed: int, runtime: Any, workdir: Path,
     return result
 
 
-def run_seeds(bench: DiscoveryBench, seeds: list[int], runtime: Any, workdir: Path,
-              log: Callable[[str], None]) -> list[DiscoverySeed]:
-    """Every seed, ``bench.jobs`` at a time; the results in the order of ``seeds``.
-
-    With more than one job each seed's lines carry ``[seed S]``. The workers are daemon threads
-    joined with a timeout, as a seed's two searches are, so SIGTERM still stops every server."""
-    if bench.jobs == 1:
-        return [run_seed(bench, seed, runtime, workdir, log) for seed in seeds]
-    results: dict[int, DiscoverySeed] = {}
-    pending = list(seeds)
-    lock = threading.Lock()
-
-    def worker() -> None:
-        while True:
-            with lock:
-                if not pending:
-                    return
-                seed = pending.pop(0)
-            results[seed] = run_seed(bench, seed, runtime, workdir, lambda line, s=seed: log(f"[seed {s}] {line}"))
-
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(bench.jobs, len(seeds)))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        while t.is_alive():
-            t.join(1.0)
-    return [results[seed] for seed in seeds if seed in results]
-
-
 def parse(argv: list[str]) -> tuple[DiscoveryBench, list[int]]:
     p = argparse.ArgumentParser(prog="bench/learning.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -296,11 +275,8 @@ def parse(argv: list[str]) -> tuple[DiscoveryBench, list[int]]:
                    help="a local Hugging Face model directory to serve and train instead of the embedded "
                         "SmolLM2-135M (a capable model, e.g. on a GPU machine)")
     p.add_argument("--device", default="auto", help="where that model runs: auto, cpu, cuda, cuda:1 ...")
-    p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="seeds to run at once, each with its own servers (default 1: one after another)")
+    add_jobs_option(p)
     a = p.parse_args(argv)
-    if a.jobs < 1:
-        raise SystemExit("Error: --jobs must be 1 or more")
     if a.model is not None and not Path(a.model).is_dir():
         raise SystemExit(f"Error: --model {a.model!r} is not a directory (a local Hugging Face model)")
     seeds = chosen_seeds(a)
@@ -308,7 +284,7 @@ def parse(argv: list[str]) -> tuple[DiscoveryBench, list[int]]:
         raise SystemExit("Error: --budget must be at least one grid (groups x rollouts)")
     return DiscoveryBench(task=a.task, groups=a.groups, rollouts=a.rollouts, budget=a.budget, lr=a.lr,
                           temperature=a.temperature, lora_rank=a.lora_rank, guidance=a.guidance,
-                          model=a.model, device=a.device, jobs=a.jobs,
+                          model=a.model, device=a.device, jobs=chosen_jobs(a),
                           sides=("search-only",) if a.floor_only else MODES), seeds
 
 
@@ -339,7 +315,8 @@ def main(argv: list[str]) -> int:
         + (f"; {bench.jobs} seeds at a time" if bench.jobs > 1 else ""))
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="reef-bench-discovery-") as tmp:
-        results = run_seeds(bench, seeds, runtime, Path(tmp), log)
+        results = run_seeds(seeds, bench.jobs, lambda seed, seed_log: run_seed(bench, seed, runtime, Path(tmp),
+                                                                               seed_log), log)
     minutes = (time.monotonic() - start) / 60
     if bench.sides != MODES:
         log(floor_summary(bench.task, results, bench.samples, minutes))

@@ -35,7 +35,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +45,14 @@ from learning_tasks import (
     Grader,
     Split,
     Task,
+    add_jobs_option,
     add_seed_options,
     addition_problems,
+    chosen_jobs,
     chosen_seeds,
     describe_seeds,
     fmt_mean_sd,
+    run_seeds,
     split_tasks,
 )
 from lineage_probe import lineage_accuracy
@@ -126,6 +129,24 @@ class SessionBench:
         sampling (the serving window also holds the 8-token follow-ups, so it is set here)."""
         return {**self.gate, "params": {"temperature": self.gate_sampling, "max_tokens": self.max_tokens},
                 "tasks": gate_tasks_config(tasks, self.style, self.correct)}
+
+    def with_gate(self, temperature: float | None = None, repeats: int | None = None,
+                  rounds: int | None = None) -> SessionBench:
+        """This bench with the gate sampled at ``temperature`` (0: greedy), ``repeats`` episodes a
+        task and side a round, up to ``rounds`` rounds (None keeps what the bench has).
+
+        ``ValueError`` for a value the gate cannot use."""
+        if temperature is not None and not 0 <= temperature <= 2:
+            raise ValueError("--gate-temperature must be between 0 and 2")
+        if (repeats is not None and repeats < 1) or (rounds is not None and rounds < 1):
+            raise ValueError("--gate-repeats and --gate-rounds must be 1 or more")
+        gate = dict(self.gate)
+        if repeats is not None:
+            gate["repeats"] = repeats
+        if rounds is not None:
+            # max_episodes counts both sides' episodes: a round is 2 x tasks x repeats
+            gate["max_episodes"] = rounds * 2 * self.gate_tasks * int(gate.get("repeats", 1))
+        return replace(self, gate=gate, gate_temperature=self.gate_temperature if temperature is None else temperature)
 
     def recipe_config(self, judge: str, seed: int, judge_url: str | None = None) -> dict[str, Any]:
         if judge not in self.judges:
@@ -388,6 +409,14 @@ def main(argv: list[str]) -> int:
                         help="a local Hugging Face model directory to serve and train instead of the embedded "
                              "SmolLM2-135M (a capable model, e.g. on a GPU machine: the student's sums need one)")
     parser.add_argument("--device", default="auto", help="where that model runs: auto, cpu, cuda, cuda:1 ...")
+    parser.add_argument("--gate-temperature", type=float, default=None, metavar="T",
+                        help="sample the gate's held-out prompts at T (0: greedy, the bench's default; the sessions "
+                             "sample at 0.6)")
+    parser.add_argument("--gate-repeats", type=int, default=None, metavar="N",
+                        help="episodes per held-out prompt and side in a round of the gate (sampled gates)")
+    parser.add_argument("--gate-rounds", type=int, default=None, metavar="N",
+                        help="rounds the gate may run before it says undecided")
+    add_jobs_option(parser)
     args = parser.parse_args(argv)
     runtime = Runtime.local_model(args.model, args.device)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
@@ -399,12 +428,13 @@ def run(args: Any, runtime: Any, log: Callable[[str], None] = print) -> int:
     import tempfile
     from contextlib import nullcontext
 
-    bench = SESSION_RECIPES[args.recipe]
     judge = args.judge or "model"
     try:
+        bench = SESSION_RECIPES[args.recipe].with_gate(args.gate_temperature, args.gate_repeats, args.gate_rounds)
         bench.recipe_config(judge, 0, "http://127.0.0.1:9/v1")
     except ValueError as exc:
         raise SystemExit(f"Error: {exc}") from None
+    jobs = chosen_jobs(args)
     sessions = args.budget or bench.sessions
     window = min(bench.window, sessions)
     log(f"recipe {bench.name}: {bench.notes}")
@@ -418,18 +448,17 @@ def run(args: Any, runtime: Any, log: Callable[[str], None] = print) -> int:
         f"temperature {bench.gate_sampling}, {gate.get('repeats', 'auto')} repeat(s) a round, up to "
         f"{gate.get('max_episodes', 'auto')} episodes, {gate.get('rule')} at {gate.get('confidence')}, margin "
         f"{gate.get('margin', 0.0):g}")
-    if bench.pace_s and getattr(args, "pace", True):
+    if bench.pace_s and args.pace:
         log(f"pacing: after each round of {CONCURRENCY} sessions, up to {bench.pace_s:.0f} s for the learner's loop to "
             "take what it taught (--no-pace: back to back)")
+    if jobs > 1:
+        log(f"{jobs} seeds at a time, each with its own servers")
     start = time.monotonic()
-    results = []
     with tempfile.TemporaryDirectory(prefix="reef-bench-sessions-") as tmp, \
             (RuleJudge(bench) if judge == "rules" else nullcontext()) as judge_server:
-        for seed in seeds:
-            results.append(run_sessions_seed(bench, seed, sessions=sessions, judge=judge,
-                                             judge_url=judge_server.url if judge_server else None,
-                                             runtime=runtime, workdir=Path(tmp), log=log,
-                                             pace=getattr(args, "pace", True)))
+        results = run_seeds(seeds, jobs, lambda seed, seed_log: run_sessions_seed(
+            bench, seed, sessions=sessions, judge=judge, judge_url=judge_server.url if judge_server else None,
+            runtime=runtime, workdir=Path(tmp), log=seed_log, pace=args.pace), log)
     log("")
     log(session_table(results, window))
     log(session_summary(bench.name, judge, results, window, sessions, (time.monotonic() - start) / 60))

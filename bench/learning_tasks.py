@@ -12,6 +12,7 @@ import math
 import random
 import re
 import statistics
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -311,6 +312,52 @@ def chosen_seeds(args: Any) -> list[int]:
     if len(set(seeds)) != len(seeds):
         raise SystemExit(f"Error: --seed names a seed twice ({', '.join(map(str, seeds))})")
     return seeds
+
+
+def add_jobs_option(parser: Any) -> None:
+    """``--jobs N``: seeds run at once, each with its own servers (the drivers with their own)."""
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="seeds to run at once, each with its own servers (default 1: one after another)")
+
+
+def chosen_jobs(args: Any) -> int:
+    if args.jobs < 1:
+        raise SystemExit("Error: --jobs must be 1 or more")
+    return args.jobs
+
+
+def run_seeds(seeds: list[int], jobs: int, run_one: Callable[[int, Callable[[str], None]], Any],
+              log: Callable[[str], None]) -> list[Any]:
+    """``run_one(seed, log)`` for every seed, ``jobs`` at a time; the results in the order of ``seeds``.
+
+    With more than one job each seed's lines carry ``[seed S]``. The workers are daemon threads
+    joined with a timeout, so SIGTERM still reaches the main thread, which stops every server;
+    a seed that raised has no result (its error is logged)."""
+    if jobs == 1:
+        return [run_one(seed, log) for seed in seeds]
+    results: dict[int, Any] = {}
+    pending = list(seeds)
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not pending:
+                    return
+                seed = pending.pop(0)
+            seed_log = lambda line, s=seed: log(f"[seed {s}] {line}")  # noqa: E731
+            try:
+                results[seed] = run_one(seed, seed_log)
+            except Exception as exc:  # noqa: BLE001 - the other seeds go on; the table has what finished
+                seed_log(f"stopped: {type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(jobs, len(seeds)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(1.0)
+    return [results[seed] for seed in seeds if seed in results]
 
 
 def describe_seeds(seeds: list[int]) -> str:

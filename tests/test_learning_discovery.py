@@ -168,11 +168,12 @@ def test_jobs_run_seeds_at_once_and_keep_their_order(monkeypatch):
 
     monkeypatch.setattr(ld, "run_seed", fake_run_seed)
     lines: list[str] = []
-    results = ld.run_seeds(ld.DiscoveryBench(jobs=2), [2, 0, 1], None, Path("."), lines.append)
+    results = ld.run_seeds([2, 0, 1], 2, lambda seed, log: ld.run_seed(None, seed, None, None, log), lines.append)
     assert [r.seed for r in results] == [2, 0, 1]
     assert most[0] == 2
     assert sorted(lines) == ["[seed 0] seed 0 done", "[seed 1] seed 1 done", "[seed 2] seed 2 done"]
     # one job: the seeds one after another, their lines as before
     lines.clear()
-    assert [r.seed for r in ld.run_seeds(ld.DiscoveryBench(), [2], None, Path("."), lines.append)] == [2]
+    assert [r.seed for r in ld.run_seeds([2], 1, lambda seed, log: ld.run_seed(None, seed, None, None, log),
+                                         lines.append)] == [2]
     assert lines == ["seed 2 done"]

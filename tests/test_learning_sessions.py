@@ -187,3 +187,28 @@ def test_model_flag_serves_and_trains_a_local_model_directory(tmp_path, monkeypa
     assert seen.pop("runtime").local  # the embedded model by default
     with pytest.raises(SystemExit, match="not a directory"):
         learning_sessions.main(["openclaw", "--model", str(tmp_path / "missing")])
+
+
+def test_gate_flags_sample_the_gate_and_bound_its_rounds(tmp_path, monkeypatch):
+    """``--gate-temperature 0.6 --gate-repeats 2 --gate-rounds 3``: the learner's gate samples the
+    held-out prompts as the sessions do, 2 episodes a prompt and side a round, and its cap holds
+    3 such rounds, as the evaluator plans them; bad values stop with one line."""
+    import signal
+
+    import learning_sessions
+
+    from reef_core.builtins.evaluators import TaskSuiteEvaluator
+
+    bench = OPENCLAW.with_gate(0.6, 2, 3)
+    assert OPENCLAW.gate_sampling == 0.0 and OPENCLAW.with_gate() == OPENCLAW
+    split = bench.split(0, 24)
+    options = dict(server_config(bench, 0, split, judge="rules", judge_url="http://127.0.0.1:9/v1",
+                                 learning=True)["evaluator"])
+    assert options.pop("name") == "task_suite"
+    assert options["params"]["temperature"] == 0.6 and options["repeats"] == 2
+    evaluator = TaskSuiteEvaluator(**options)
+    assert evaluator.planned_rounds(len(evaluator.tasks), 2, greedy=False) == 3
+    for bad in (["--gate-temperature", "-1"], ["--gate-repeats", "0"], ["--gate-rounds", "0"], ["--jobs", "0"]):
+        monkeypatch.setattr(signal, "signal", lambda *args: None)
+        with pytest.raises(SystemExit, match="must be"):
+            learning_sessions.main(["openclaw", "--judge", "rules", *bad])
