@@ -331,8 +331,9 @@ def run_seeds(seeds: list[int], jobs: int, run_one: Callable[[int, Callable[[str
     """``run_one(seed, log)`` for every seed, ``jobs`` at a time; the results in the order of ``seeds``.
 
     With more than one job each seed's lines carry ``[seed S]``. The workers are daemon threads
-    joined with a timeout, so SIGTERM still reaches the main thread, which stops every server;
-    a seed that raised has no result (its error is logged)."""
+    joined with a timeout, so SIGTERM still reaches the main thread, which stops every server.
+    One job, a seed that raises ends the run, as it always did; several, the other seeds go on,
+    the failed one is logged and left out of the results, and none finishing is an error."""
     if jobs == 1:
         return [run_one(seed, log) for seed in seeds]
     results: dict[int, Any] = {}
@@ -357,6 +358,8 @@ def run_seeds(seeds: list[int], jobs: int, run_one: Callable[[int, Callable[[str
     for t in threads:
         while t.is_alive():
             t.join(1.0)
+    if not results:
+        raise SystemExit("Error: no seed finished (each one's error is above)")
     return [results[seed] for seed in seeds if seed in results]
 
 

@@ -177,3 +177,16 @@ def test_jobs_run_seeds_at_once_and_keep_their_order(monkeypatch):
     assert [r.seed for r in ld.run_seeds([2], 1, lambda seed, log: ld.run_seed(None, seed, None, None, log),
                                          lines.append)] == [2]
     assert lines == ["seed 2 done"]
+
+
+def test_with_jobs_a_failed_seed_is_left_out_and_none_finishing_is_an_error():
+    def run_one(seed, log):
+        if seed == 1:
+            raise RuntimeError("server did not start")
+        return seed
+
+    lines: list[str] = []
+    assert ld.run_seeds([0, 1, 2], 2, run_one, lines.append) == [0, 2]
+    assert "[seed 1] stopped: RuntimeError: server did not start" in lines
+    with pytest.raises(SystemExit, match="no seed finished"):
+        ld.run_seeds([1], 2, run_one, lines.append)
