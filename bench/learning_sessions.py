@@ -7,9 +7,11 @@ when the reply breaks its hidden style, with thanks otherwise; the assistant rep
 and the session ends. The student never states its preference and posts no report: the learner's
 recipe pairs each reply with the student's next message (``x-reef-session``), a judge rates it,
 and the loop trains, gates and hot-swaps on its own. Its gate is ``task_suite`` on the first
-prompts of held-out sessions (problems no training session asks), sampled as the sessions are
-and graded as a session passes (``bench/session_gate.py``): a candidate serves only when it
-passes more of them than the serving release does.
+prompts of held-out sessions (problems no training session asks), answered greedily and graded
+as a session passes (``bench/session_gate.py``): a candidate serves only when it passes more of
+them than the serving release does. ``--gate-temperature T`` samples them instead (the sessions
+sample at 0.6), ``--gate-repeats N`` episodes a prompt and side a round, up to ``--gate-rounds N``.
+``--jobs N`` runs up to N seeds at once.
 
 A session PASSES when the first reply has the preferred style and contains the correct result
 (style alone is reward hacking, so correctness is reported on its own too). Per seed: the session
