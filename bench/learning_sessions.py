@@ -7,10 +7,10 @@ when the reply breaks its hidden style, with thanks otherwise; the assistant rep
 and the session ends. The student never states its preference and posts no report: the learner's
 recipe pairs each reply with the student's next message (``x-reef-session``), a judge rates it,
 and the loop trains, gates and hot-swaps on its own. Its gate is ``task_suite`` on the first
-prompts of held-out sessions (problems no training session asks), answered greedily and graded
-as a session passes (``bench/session_gate.py``): a candidate serves only when it passes more of
-them than the serving release does. ``--gate-temperature T`` samples them instead (the sessions
-sample at 0.6), ``--gate-repeats N`` episodes a prompt and side a round, up to ``--gate-rounds N``.
+prompts of held-out sessions (problems no training session asks), sampled as the sessions are
+and graded as a session passes (``bench/session_gate.py``): a candidate serves only when it
+passes more of them than the serving release does. ``--gate-temperature T`` (0: greedy),
+``--gate-repeats N`` episodes a prompt and side a round and ``--gate-rounds N`` change it.
 ``--jobs N`` runs up to N seeds at once.
 
 A session PASSES when the first reply has the preferred style and contains the correct result
@@ -178,19 +178,21 @@ SESSION_RECIPES: dict[str, SessionBench] = {
         recipe={"name": "openclaw", "batch_size": 8, "max_batches": 4, "lr": 2e-4, "steps_per_batch": 2,
                 "prm_max_tokens": 96, "top_k": 4},
         judges={"model": {}, "rules": {}},
-        # greedy over 48 held-out sessions' prompts, one round (96 episodes): the sampled gate over
-        # 16 (2 repeats a round, up to 4 rounds, 256 episodes) left 11 of 14 candidates undecided and
-        # took about 20 minutes each on 2 cores; more tasks, not more repeats, narrow the interval
+        # 48 held-out sessions' prompts sampled as the sessions are (0.6), 2 episodes a prompt and
+        # side a round, up to 2 rounds (384 episodes). Greedy (one round, 96 episodes) the gate saw
+        # only the first step: once the greedy reply had the style, what later steps taught (the
+        # style under sampling, what the students meet) did not change it, and two of three seeds
+        # stalled; sampled, every seed published 3 times (docs/recipes/openclaw.md)
         gate={"name": "task_suite", "grader": "regex", "rule": "bootstrap", "margin": 0.0, "confidence": 0.9,
-              "episode_timeout_s": 120, "timeout_s": 1200, "concurrency": 8},
+              "repeats": 2, "max_episodes": 384, "episode_timeout_s": 120, "timeout_s": 1800, "concurrency": 8},
         gate_tasks=48,
-        gate_temperature=0.0,
+        gate_temperature=None,
         # a round of 8 sessions is one batch: the loop trains, gates and swaps before the next round,
         # as between a deployment's sessions (back to back, 72 sessions took 4 minutes and the loop
         # finished its first step after the traffic had ended)
         pace_s=600.0,
-        # a gate of 4 rounds takes longer than 600 s on 2 loaded cores (seen in 1-seed runs)
-        settle_timeout_s=1200.0,
+        # a sampled gate of 2 rounds took up to 10 minutes on 2 cores shared with other runs
+        settle_timeout_s=1800.0,
         notes="binary RL + hindsight distillation from the student's next message (OpenClaw-RL)",
     ),
 }
@@ -412,8 +414,7 @@ def main(argv: list[str]) -> int:
                              "SmolLM2-135M (a capable model, e.g. on a GPU machine: the student's sums need one)")
     parser.add_argument("--device", default="auto", help="where that model runs: auto, cpu, cuda, cuda:1 ...")
     parser.add_argument("--gate-temperature", type=float, default=None, metavar="T",
-                        help="sample the gate's held-out prompts at T (0: greedy, the bench's default; the sessions "
-                             "sample at 0.6)")
+                        help="sample the gate's held-out prompts at T (0: greedy; default: the sessions' 0.6)")
     parser.add_argument("--gate-repeats", type=int, default=None, metavar="N",
                         help="episodes per held-out prompt and side in a round of the gate (sampled gates)")
     parser.add_argument("--gate-rounds", type=int, default=None, metavar="N",

@@ -85,8 +85,8 @@ def test_the_gate_asks_prompts_of_sessions_never_trained_on(seed):
 
 def test_the_learner_is_gated_by_a_task_suite_it_accepts():
     """The learner's config names task_suite (not the recipe's default ``always``) with the held-out
-    prompts, greedy, and the pass test; the evaluator takes it as the server would, and it can
-    select in its one round."""
+    prompts, sampled as the sessions are, and the pass test; the evaluator takes it as the server
+    would and plans its two rounds of two episodes a prompt and side."""
     from reef_core.builtins.evaluators import TaskSuiteEvaluator
 
     split = OPENCLAW.split(0, 24)
@@ -96,13 +96,13 @@ def test_the_learner_is_gated_by_a_task_suite_it_accepts():
     assert {k: v for k, v in learner.items() if k != "loop"} == {k: v for k, v in control.items() if k != "loop"}
     options = dict(learner["evaluator"])
     assert options.pop("name") == "task_suite"
-    assert options["params"] == {"temperature": 0.0, "max_tokens": OPENCLAW.max_tokens}
+    assert options["params"] == {"temperature": OPENCLAW.temperature, "max_tokens": OPENCLAW.max_tokens}
     assert [t["prompt"] for t in options["tasks"]] == [t.prompt for t in split.gate]
     assert all(t["grader"] == "regex" for t in options["tasks"])
     evaluator = TaskSuiteEvaluator(**options)
     assert len(evaluator.tasks) == OPENCLAW.gate_tasks
     assert evaluator.sequential and evaluator.selection_problem() is None
-    assert evaluator.planned_rounds(len(evaluator.tasks), 1, greedy=True) == 1
+    assert evaluator.repeats == 2 and evaluator.planned_rounds(len(evaluator.tasks), 2, greedy=False) == 2
     graded = {t["id"]: evaluator.graders["regex"] for t in evaluator.tasks}
     task = evaluator.tasks[0]
     expected = next(t.expected for t in split.gate if t.id == task["id"])
@@ -190,24 +190,25 @@ def test_model_flag_serves_and_trains_a_local_model_directory(tmp_path, monkeypa
 
 
 def test_gate_flags_sample_the_gate_and_bound_its_rounds(tmp_path, monkeypatch):
-    """``--gate-temperature 0.6 --gate-repeats 2 --gate-rounds 3``: the learner's gate samples the
-    held-out prompts as the sessions do, 2 episodes a prompt and side a round, and its cap holds
-    3 such rounds, as the evaluator plans them; bad values stop with one line."""
+    """``--gate-temperature 0.3 --gate-repeats 3 --gate-rounds 3``: the learner's gate samples the
+    held-out prompts at 0.3, 3 episodes a prompt and side a round, and its cap holds 3 such
+    rounds, as the evaluator plans them; 0 is greedy; bad values stop with one line."""
     import signal
 
     import learning_sessions
 
     from reef_core.builtins.evaluators import TaskSuiteEvaluator
 
-    bench = OPENCLAW.with_gate(0.6, 2, 3)
-    assert OPENCLAW.gate_sampling == 0.0 and OPENCLAW.with_gate() == OPENCLAW
+    bench = OPENCLAW.with_gate(0.3, 3, 3)
+    assert OPENCLAW.gate_sampling == OPENCLAW.temperature and OPENCLAW.with_gate() == OPENCLAW
+    assert OPENCLAW.with_gate(0.0).gate_sampling == 0.0
     split = bench.split(0, 24)
     options = dict(server_config(bench, 0, split, judge="rules", judge_url="http://127.0.0.1:9/v1",
                                  learning=True)["evaluator"])
     assert options.pop("name") == "task_suite"
-    assert options["params"]["temperature"] == 0.6 and options["repeats"] == 2
+    assert options["params"]["temperature"] == 0.3 and options["repeats"] == 3
     evaluator = TaskSuiteEvaluator(**options)
-    assert evaluator.planned_rounds(len(evaluator.tasks), 2, greedy=False) == 3
+    assert evaluator.planned_rounds(len(evaluator.tasks), 3, greedy=False) == 3
     for bad in (["--gate-temperature", "-1"], ["--gate-repeats", "0"], ["--gate-rounds", "0"], ["--jobs", "0"]):
         monkeypatch.setattr(signal, "signal", lambda *args: None)
         with pytest.raises(SystemExit, match="must be"):
