@@ -29,6 +29,7 @@ import secrets
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -217,12 +218,36 @@ class ReefProcess(ServeProcess):
         return False
 
 
+#: the servers of every ``serving`` block not yet left, for ``stop_live_servers``
+_LIVE: set[ServeProcess] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def _stop_all(servers: Iterable[ServeProcess]) -> None:
+    servers = list(servers)
+    with ThreadPoolExecutor(max(1, len(servers))) as pool:
+        list(pool.map(lambda s: s.stop(), servers))
+
+
+def stop_live_servers() -> None:
+    """Stop every server a ``serving`` block started and has not stopped yet.
+
+    Seeds run at once (``--jobs``) live in daemon threads, and an interpreter leaving on SIGTERM
+    ends those without running their ``finally``: the servers, each in a session of its own,
+    would outlive the bench. ``learning_tasks.run_seeds`` calls this when it is interrupted."""
+    with _LIVE_LOCK:
+        servers = list(_LIVE)
+    _stop_all(servers)
+
+
 @contextmanager
 def serving(servers: Iterable[ReefProcess], log: Callable[[str], None] = print) -> Iterator[None]:
     """Start ``servers`` and wait until each is ready; on an error print each one's log tail;
     always stop them (SIGINT, a clean shutdown), all at once: a learner finishing a training
     step may take a while to exit, and the control must not wait for it to be told."""
     servers = list(servers)
+    with _LIVE_LOCK:
+        _LIVE.update(servers)
     try:
         for s in servers:
             s.start()
@@ -234,8 +259,9 @@ def serving(servers: Iterable[ReefProcess], log: Callable[[str], None] = print) 
             log(f"--- {s.name} log tail ---\n{s.log_tail()}")
         raise
     finally:
-        with ThreadPoolExecutor(max(1, len(servers))) as pool:
-            list(pool.map(lambda s: s.stop(), servers))
+        _stop_all(servers)
+        with _LIVE_LOCK:
+            _LIVE.difference_update(servers)
 
 
 # ------------------------------------------------------------------ one seed

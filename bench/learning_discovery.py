@@ -298,7 +298,7 @@ def main(argv: list[str]) -> int:
     import signal
     import sys
 
-    from learning import Runtime
+    from learning import Runtime, stop_live_servers
 
     bench, seeds = parse(argv)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
@@ -316,7 +316,8 @@ def main(argv: list[str]) -> int:
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="reef-bench-discovery-") as tmp:
         results = run_seeds(seeds, bench.jobs, lambda seed, seed_log: run_seed(bench, seed, runtime, Path(tmp),
-                                                                               seed_log), log)
+                                                                               seed_log), log,
+                            on_abort=stop_live_servers)
     minutes = (time.monotonic() - start) / 60
     if bench.sides != MODES:
         log(floor_summary(bench.task, results, bench.samples, minutes))

@@ -431,6 +431,8 @@ def run(args: Any, runtime: Any, log: Callable[[str], None] = print) -> int:
     import tempfile
     from contextlib import nullcontext
 
+    from learning import stop_live_servers
+
     judge = args.judge or "model"
     try:
         bench = SESSION_RECIPES[args.recipe].with_gate(args.gate_temperature, args.gate_repeats, args.gate_rounds)
@@ -461,7 +463,7 @@ def run(args: Any, runtime: Any, log: Callable[[str], None] = print) -> int:
             (RuleJudge(bench) if judge == "rules" else nullcontext()) as judge_server:
         results = run_seeds(seeds, jobs, lambda seed, seed_log: run_sessions_seed(
             bench, seed, sessions=sessions, judge=judge, judge_url=judge_server.url if judge_server else None,
-            runtime=runtime, workdir=Path(tmp), log=seed_log, pace=args.pace), log)
+            runtime=runtime, workdir=Path(tmp), log=seed_log, pace=args.pace), log, on_abort=stop_live_servers)
     log("")
     log(session_table(results, window))
     log(session_summary(bench.name, judge, results, window, sessions, (time.monotonic() - start) / 60))

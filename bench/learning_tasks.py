@@ -327,11 +327,13 @@ def chosen_jobs(args: Any) -> int:
 
 
 def run_seeds(seeds: list[int], jobs: int, run_one: Callable[[int, Callable[[str], None]], Any],
-              log: Callable[[str], None]) -> list[Any]:
+              log: Callable[[str], None], on_abort: Callable[[], None] | None = None) -> list[Any]:
     """``run_one(seed, log)`` for every seed, ``jobs`` at a time; the results in the order of ``seeds``.
 
     With more than one job each seed's lines carry ``[seed S]``. The workers are daemon threads
-    joined with a timeout, so SIGTERM still reaches the main thread, which stops every server.
+    joined with a timeout, so SIGTERM (the drivers' handler raises ``SystemExit``) or Ctrl-C
+    reaches the main thread; it calls ``on_abort`` (the drivers pass ``learning.stop_live_servers``:
+    an exiting interpreter ends daemon threads without their ``finally``) and re-raises.
     One job, a seed that raises ends the run, as it always did; several, the other seeds go on,
     the failed one is logged and left out of the results, and none finishing is an error."""
     if jobs == 1:
@@ -355,9 +357,14 @@ def run_seeds(seeds: list[int], jobs: int, run_one: Callable[[int, Callable[[str
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(jobs, len(seeds)))]
     for t in threads:
         t.start()
-    for t in threads:
-        while t.is_alive():
-            t.join(1.0)
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(1.0)
+    except BaseException:
+        if on_abort is not None:
+            on_abort()
+        raise
     if not results:
         raise SystemExit("Error: no seed finished (each one's error is above)")
     return [results[seed] for seed in seeds if seed in results]

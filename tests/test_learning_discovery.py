@@ -190,3 +190,52 @@ def test_with_jobs_a_failed_seed_is_left_out_and_none_finishing_is_an_error():
     assert "[seed 1] stopped: RuntimeError: server did not start" in lines
     with pytest.raises(SystemExit, match="no seed finished"):
         ld.run_seeds([1], 2, run_one, lines.append)
+
+
+def test_an_interrupted_run_of_several_jobs_stops_every_live_server(monkeypatch):
+    """SIGTERM raises SystemExit in the main thread while it waits on the seeds' daemon threads:
+    ``on_abort`` runs before it goes on, and ``learning.stop_live_servers`` stops every server a
+    ``serving`` block holds (an exiting interpreter would end the threads without their finally)."""
+    import threading
+
+    import learning
+
+    release = threading.Event()
+    calls: list[str] = []
+
+    def run_one(seed, log):
+        release.wait(30)
+        return seed
+
+    real_join = threading.Thread.join
+
+    def interrupted_join(self, timeout=None):
+        monkeypatch.setattr(threading.Thread, "join", real_join)
+        raise SystemExit(143)
+
+    monkeypatch.setattr(threading.Thread, "join", interrupted_join)
+    with pytest.raises(SystemExit):
+        ld.run_seeds([0, 1], 2, run_one, lambda line: None, on_abort=lambda: calls.append("abort"))
+    release.set()
+    assert calls == ["abort"]
+
+    class FakeServer:
+        def __init__(self, name):
+            self.name, self.stopped = name, 0
+
+        def start(self):
+            pass
+
+        def wait_ready(self):
+            pass
+
+        def stop(self):
+            self.stopped += 1
+
+    a, b = FakeServer("a"), FakeServer("b")
+    with learning.serving([a, b]):
+        learning.stop_live_servers()  # what on_abort does while a seed is still serving
+        assert (a.stopped, b.stopped) == (1, 1)
+    assert (a.stopped, b.stopped) == (2, 2)  # the block's own finally (stop is idempotent on a real server)
+    learning.stop_live_servers()
+    assert (a.stopped, b.stopped) == (2, 2)  # left the block: no longer live
