@@ -142,12 +142,14 @@ class SessionBench:
             raise ValueError("--gate-temperature must be between 0 and 2")
         if (repeats is not None and repeats < 1) or (rounds is not None and rounds < 1):
             raise ValueError("--gate-repeats and --gate-rounds must be 1 or more")
+        from reef_core.commit.tasks import SIDES
+
         gate = dict(self.gate)
         if repeats is not None:
             gate["repeats"] = repeats
         if rounds is not None:
-            # max_episodes counts both sides' episodes: a round is 2 x tasks x repeats
-            gate["max_episodes"] = rounds * 2 * self.gate_tasks * int(gate.get("repeats", 1))
+            # max_episodes counts every side's episodes, as the evaluator's planned_rounds divides it
+            gate["max_episodes"] = rounds * len(SIDES) * self.gate_tasks * int(gate.get("repeats", 1))
         return replace(self, gate=gate, gate_temperature=self.gate_temperature if temperature is None else temperature)
 
     def recipe_config(self, judge: str, seed: int, judge_url: str | None = None) -> dict[str, Any]:
