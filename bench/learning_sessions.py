@@ -2,9 +2,11 @@
 
 A simulated student works through short homework sessions on two real ``reef serve`` processes
 (the LEARNER with its loop on, a frozen CONTROL with it off; same sessions, same order). Each
-session is one question: the student asks it, reads the reply, and answers with a correction
-when the reply breaks its hidden style, with thanks otherwise; the assistant replies once more
-and the session ends. The student never states its preference and posts no report: the learner's
+session is one question: the student asks it, reads the reply against its answer key, and answers
+with a correction when the reply breaks its hidden style or has the wrong sum (saying the right
+one, as a student checking homework does), with thanks otherwise; the assistant replies once more
+and the session ends. ``--student style`` is the student of the earlier runs, who reads the style
+only. The student never states its preference and posts no report: the learner's
 recipe pairs each reply with the student's next message (``x-reef-session``), a judge rates it,
 and the loop trains, gates and hot-swaps on its own. Its gate is ``task_suite`` on the first
 prompts of held-out sessions (problems no training session asks), sampled as the sessions are
@@ -32,6 +34,7 @@ gets about a fifth of the time, so "3 passes in a row" needs a more capable mode
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 import uuid
@@ -62,6 +65,8 @@ from session_gate import LoopOutcome, PlainAndShort, gate_tasks_config, loop_out
 
 SCENARIO = "bench"
 CONCURRENCY = 8
+#: who the student is: one that checks the sum and the style, or the style only
+STUDENTS = ("answers", "style")
 #: how long the last turns of a round take to be judged into reports (the rule-based judge: well under it)
 JUDGED_S = 3.0
 
@@ -91,6 +96,13 @@ class SessionBench:
     #: what the rule-based judge's hint says after a correction (an instruction, not a quote)
     hint: str
     recipe: dict[str, Any]
+    #: what the student says to a wrong sum (``{expected}``: the right one), and after it when the
+    #: style is broken too; the judge's hint for it
+    wrong_sum: str = "No, that is wrong: it is {expected}."
+    also_style: str = "And shorter, please."
+    sum_hint: str = "The sum is {expected}."
+    #: ``answers``: the student checks the sum and the style; ``style``: the style only
+    student: str = "answers"
     sessions: int = 72
     window: int = 32
     temperature: float = 0.6
@@ -131,6 +143,33 @@ class SessionBench:
         sampling (the serving window also holds the 8-token follow-ups, so it is set here)."""
         return {**self.gate, "params": {"temperature": self.gate_sampling, "max_tokens": self.max_tokens},
                 "tasks": gate_tasks_config(tasks, self.style, self.correct)}
+
+    def next_message(self, reply_styled: bool, reply_correct: bool, task: Task) -> str:
+        """What the student says after the first reply."""
+        if self.student == "answers" and not reply_correct:
+            wrong = self.wrong_sum.format(expected=task.expected)
+            return wrong if reply_styled else f"{wrong} {self.also_style}"
+        return self.thanks if reply_styled else self.correction
+
+    def hint_for(self, next_message: str) -> str | None:
+        """The rule-based judge's hint for the student's ``next_message``: None after thanks, else
+        what it asked for as an instruction (the sum it named, the style)."""
+        if next_message == self.thanks:
+            return None
+        named = re.escape(self.wrong_sum).replace(re.escape("{expected}"), r"(-?\d+)")
+        found = re.match(named, next_message)
+        if not found:
+            return self.hint
+        sum_hint = self.sum_hint.format(expected=found.group(1))
+        return sum_hint if next_message == found.group(0) else f"{sum_hint} {self.hint}"
+
+    def with_student(self, student: str | None) -> SessionBench:
+        """This bench with the student ``answers`` or ``style`` (None keeps the bench's)."""
+        if student is None:
+            return self
+        if student not in STUDENTS:
+            raise ValueError(f"--student must be one of {', '.join(STUDENTS)}, not {student!r}")
+        return replace(self, student=student)
 
     def with_gate(self, temperature: float | None = None, repeats: int | None = None,
                   rounds: int | None = None) -> SessionBench:
@@ -219,10 +258,10 @@ class RuleJudge(ChatEndpoint):
         system = " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
         prompt = str(messages[-1].get("content") or "") if messages else ""
         next_message = prompt.rsplit("):\n", 1)[-1].strip()
-        progress = next_message == self.bench.thanks
+        hint = self.bench.hint_for(next_message)
         if "HINT_START" in system:  # the hindsight-hint prompt
-            return "\\boxed{-1}" if progress else f"\\boxed{{1}} [HINT_START]{self.bench.hint}[HINT_END]"
-        return "\\boxed{1}" if progress else "\\boxed{-1}"
+            return "\\boxed{-1}" if hint is None else f"\\boxed{{1}} [HINT_START]{hint}[HINT_END]"
+        return "\\boxed{1}" if hint is None else "\\boxed{-1}"
 
 
 # ------------------------------------------------------------------ one seed
@@ -271,7 +310,7 @@ def run_session(server: Any, bench: SessionBench, task: Task, seed: int, index: 
     _, reply = server.chat(messages, temperature=bench.temperature, max_tokens=bench.max_tokens, headers=headers)
     reply = reply or ""
     styled, correct = bench.style(reply), bench.correct(reply, task) >= 1.0
-    nxt = bench.thanks if styled else bench.correction
+    nxt = bench.next_message(styled, correct, task)
     messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": nxt}]
     server.chat(messages, temperature=bench.temperature, max_tokens=bench.followup_max_tokens, headers=headers)
     return styled and correct, correct, styled
@@ -394,7 +433,7 @@ def session_summary(name: str, judge: str, results: list[SessionSeed], window: i
 
 def main(argv: list[str]) -> int:
     """``bench/learning.py openclaw [--seeds 3] [--budget SESSIONS] [--judge model|rules]
-    [--model DIR] [--device cuda]``."""
+    [--student answers|style] [--model DIR] [--device cuda]``."""
     import argparse
     import signal
     import sys
@@ -408,6 +447,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--budget", type=int, help="sessions per seed (default: the recipe's)")
     parser.add_argument("--judge", choices=["model", "rules"], default="model",
                         help="the served model on its frozen base (the recipe's default) or the rule-based judge")
+    parser.add_argument("--student", choices=STUDENTS, default=None,
+                        help="answers (the default): the student corrects the style and a wrong sum, naming the "
+                             "right one; style: the style only (the earlier runs' student)")
     parser.add_argument("--no-pace", dest="pace", action="store_false",
                         help="run the sessions back to back instead of letting the learner's loop take each round "
                              "of them before the next")
@@ -438,6 +480,7 @@ def run(args: Any, runtime: Any, log: Callable[[str], None] = print) -> int:
     judge = args.judge or "model"
     try:
         bench = SESSION_RECIPES[args.recipe].with_gate(args.gate_temperature, args.gate_repeats, args.gate_rounds)
+        bench = bench.with_student(getattr(args, "student", None))
         bench.recipe_config(judge, 0, "http://127.0.0.1:9/v1")
     except ValueError as exc:
         raise SystemExit(f"Error: {exc}") from None
@@ -447,7 +490,9 @@ def run(args: Any, runtime: Any, log: Callable[[str], None] = print) -> int:
     log(f"recipe {bench.name}: {bench.notes}")
     seeds = chosen_seeds(args)
     log(f"runtime {runtime.description}; {describe_seeds(seeds)}, {sessions} sessions per seed, replies at temperature "
-        f"{bench.temperature}; hidden style: {bench.style_notes}; judge: "
+        f"{bench.temperature}; hidden style: {bench.style_notes}; the student corrects "
+        + ("the style and a wrong sum (naming the right one)" if bench.student == "answers" else "the style only")
+        + "; judge: "
         + ("a rule-based judge (thanks +1, a correction -1 with a hint), not a model" if judge == "rules"
            else "the served model on its frozen base (the recipe's default)"))
     gate = bench.gate

@@ -360,7 +360,33 @@ def test_the_rule_based_judge_answers_in_the_recipes_format():
         assert parse_boxed(ask(judge.url, EVALUATE_SYSTEM, bench.correction)) == -1
         assert parse_hint(ask(judge.url, HINT_SYSTEM, bench.correction)) == (1, bench.hint)
         assert parse_hint(ask(judge.url, HINT_SYSTEM, bench.thanks))[0] == -1
-        assert judge.calls == 4
+        # the student named the right sum: the hint says it, and the style too when that was broken
+        wrong = bench.next_message(True, False, Task("add-7-5", "What is 7 + 5?", "12", "5+7"))
+        assert parse_boxed(ask(judge.url, EVALUATE_SYSTEM, wrong)) == -1
+        assert parse_hint(ask(judge.url, HINT_SYSTEM, wrong)) == (1, "The sum is 12.")
+        both = bench.next_message(False, False, Task("add-7-5", "What is 7 + 5?", "12", "5+7"))
+        assert parse_hint(ask(judge.url, HINT_SYSTEM, both)) == (1, f"The sum is 12. {bench.hint}")
+        assert judge.calls == 7
+
+
+@pytest.mark.parametrize("student", ["answers", "style"])
+def test_the_student_answers_as_it_reads_the_reply(student):
+    """The default student checks the sum against its key and names the right one; ``style``
+    reads the style only (thanks for a short wrong sum)."""
+    from learning_sessions import SESSION_RECIPES
+
+    bench = SESSION_RECIPES["openclaw"].with_student(student)
+    task = Task("add-7-5", "What is 7 + 5?", "12", "5+7")
+    assert bench.next_message(True, True, task) == bench.thanks
+    assert bench.next_message(False, True, task) == bench.correction
+    if student == "answers":
+        assert bench.next_message(True, False, task) == "No, that is wrong: it is 12."
+        assert bench.next_message(False, False, task) == "No, that is wrong: it is 12. And shorter, please."
+    else:
+        assert bench.next_message(True, False, task) == bench.thanks
+        assert bench.next_message(False, False, task) == bench.correction
+    with pytest.raises(ValueError, match="--student must be one of answers, style"):
+        bench.with_student("teacher")
 
 
 def test_a_session_summary_line_says_judge_streaks_and_correctness():
