@@ -113,6 +113,9 @@ class SessionBench:
     #: the ``task_suite`` evaluator's options; ``gate_config`` adds the tasks and the sampling
     gate: dict[str, Any] = field(default_factory=dict)
     gate_tasks: int = 16
+    #: rounds the gate may run before it says undecided (sets the evaluator's ``max_episodes``;
+    #: None: the evaluator's own cap, or the ``max_episodes`` in ``gate``)
+    gate_rounds: int | None = None
     #: the gate's sampling temperature (None: the sessions' ``temperature``; 0: greedy)
     gate_temperature: float | None = None
     #: after each round of sessions, wait up to this many seconds for the learner's loop to take
@@ -141,8 +144,16 @@ class SessionBench:
     def gate_config(self, tasks: list[Task]) -> dict[str, Any]:
         """The learner's ``evaluator`` config: ``task_suite`` on ``tasks`` at the first reply's
         sampling (the serving window also holds the 8-token follow-ups, so it is set here)."""
-        return {**self.gate, "params": {"temperature": self.gate_sampling, "max_tokens": self.max_tokens},
+        cap = {} if self.gate_rounds is None else {"max_episodes": self.gate_episodes(self.gate_rounds)}
+        return {**self.gate, **cap, "params": {"temperature": self.gate_sampling, "max_tokens": self.max_tokens},
                 "tasks": gate_tasks_config(tasks, self.style, self.correct)}
+
+    def gate_episodes(self, rounds: int) -> int:
+        """The evaluator's ``max_episodes`` for ``rounds`` rounds: every side's episodes, as the
+        evaluator's planned_rounds divides it."""
+        from reef_core.commit.tasks import SIDES
+
+        return rounds * len(SIDES) * self.gate_tasks * int(self.gate.get("repeats", 1))
 
     def next_message(self, reply_styled: bool, reply_correct: bool, task: Task) -> str:
         """What the student says after the first reply."""
@@ -181,15 +192,11 @@ class SessionBench:
             raise ValueError("--gate-temperature must be between 0 and 2")
         if (repeats is not None and repeats < 1) or (rounds is not None and rounds < 1):
             raise ValueError("--gate-repeats and --gate-rounds must be 1 or more")
-        from reef_core.commit.tasks import SIDES
-
         gate = dict(self.gate)
         if repeats is not None:
             gate["repeats"] = repeats
-        if rounds is not None:
-            # max_episodes counts every side's episodes, as the evaluator's planned_rounds divides it
-            gate["max_episodes"] = rounds * len(SIDES) * self.gate_tasks * int(gate.get("repeats", 1))
-        return replace(self, gate=gate, gate_temperature=self.gate_temperature if temperature is None else temperature)
+        return replace(self, gate=gate, gate_temperature=self.gate_temperature if temperature is None else temperature,
+                       gate_rounds=self.gate_rounds if rounds is None else rounds)
 
     def recipe_config(self, judge: str, seed: int, judge_url: str | None = None) -> dict[str, Any]:
         if judge not in self.judges:
@@ -220,13 +227,14 @@ SESSION_RECIPES: dict[str, SessionBench] = {
                 "prm_max_tokens": 96, "top_k": 4},
         judges={"model": {}, "rules": {}},
         # 48 held-out sessions' prompts sampled as the sessions are (0.6), 2 episodes a prompt and
-        # side a round, up to 2 rounds (384 episodes). Greedy (one round, 96 episodes) the gate saw
+        # side a round, up to 2 rounds (384 episodes: gate_rounds). Greedy (one round, 96 episodes) the gate saw
         # only the first step: once the greedy reply had the style, what later steps taught (the
         # style under sampling, what the students meet) did not change it, and two of three seeds
         # stalled; sampled, every seed published 3 times (docs/recipes/openclaw.md)
         gate={"name": "task_suite", "grader": "regex", "rule": "bootstrap", "margin": 0.0, "confidence": 0.9,
-              "repeats": 2, "max_episodes": 384, "episode_timeout_s": 120, "timeout_s": 1800, "concurrency": 8},
+              "repeats": 2, "episode_timeout_s": 120, "timeout_s": 1800, "concurrency": 8},
         gate_tasks=48,
+        gate_rounds=2,
         gate_temperature=None,
         # a round of 8 sessions is one batch: the loop trains, gates and swaps before the next round,
         # as between a deployment's sessions (back to back, 72 sessions took 4 minutes and the loop
@@ -498,7 +506,7 @@ def run(args: Any, runtime: Any, log: Callable[[str], None] = print) -> int:
     gate = bench.gate
     log(f"gate: {gate['name']} on {bench.gate_tasks} held-out sessions' prompts (a pass: the style and the sum), "
         f"temperature {bench.gate_sampling}, {gate.get('repeats', 'auto')} repeat(s) a round, up to "
-        f"{gate.get('max_episodes', 'auto')} episodes, {gate.get('rule')} at {gate.get('confidence')}, margin "
+        f"{bench.gate_config([]).get('max_episodes', 'auto')} episodes, {gate.get('rule')} at {gate.get('confidence')}, margin "
         f"{gate.get('margin', 0.0):g}")
     if bench.pace_s and args.pace:
         log(f"pacing: after each round of {CONCURRENCY} sessions, up to {bench.pace_s:.0f} s for the learner's loop to "

@@ -202,6 +202,9 @@ def test_gate_flags_sample_the_gate_and_bound_its_rounds(tmp_path, monkeypatch):
     bench = OPENCLAW.with_gate(0.3, 3, 3)
     assert OPENCLAW.gate_sampling == OPENCLAW.temperature and OPENCLAW.with_gate() == OPENCLAW
     assert OPENCLAW.with_gate(0.0).gate_sampling == 0.0
+    # the cap is counted in rounds: more repeats a round keep the rounds, so the cap grows
+    assert OPENCLAW.gate_config([])["max_episodes"] == 2 * 2 * OPENCLAW.gate_tasks * 2
+    assert OPENCLAW.with_gate(repeats=4).gate_config([])["max_episodes"] == 2 * 2 * OPENCLAW.gate_tasks * 4
     split = bench.split(0, 24)
     options = dict(server_config(bench, 0, split, judge="rules", judge_url="http://127.0.0.1:9/v1",
                                  learning=True)["evaluator"])
