@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import shutil
 import tarfile
 import tempfile
@@ -187,10 +188,46 @@ def unpack_dir(data: bytes, dest: str | Path) -> Path:
     return dest
 
 
+SCRATCH_PREFIX = "reef-train-step-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def remove_orphaned_scratch(root: str | Path | None = None) -> list[Path]:
+    """Remove the scratch directories under ``root`` (the temporary directory) of workers that
+    are gone; the removed paths. A step cancelled on ``timeout_s`` or a worker killed mid-step
+    never reaches its own clean-up, and its scratch holds the unpacked inputs (the base model,
+    unless ``shared_storage``). A directory is named for the process that made it; one whose
+    process still runs is left alone (Ray's workers on a node share its process namespace, so a
+    number that names no process is one that ended). Not on Windows, where there is no signal 0."""
+    if os.name != "posix":
+        return []
+    removed = []
+    for path in Path(root or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
+        pid = path.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    if removed:
+        log.info("removed %d scratch director%s of training steps whose worker is gone",
+                 len(removed), "y" if len(removed) == 1 else "ies")
+    return removed
+
+
 def run_shipped(fn: TrainStep, payload: Any, inputs: Mapping[str, bytes | None]) -> tuple[Any, bytes]:
     """On the worker: unpack ``inputs`` into a scratch directory, run the step there, return
-    (its result, the output directory as an archive). The scratch directory is removed."""
-    scratch = Path(tempfile.mkdtemp(prefix="reef-train-step-"))
+    (its result, the output directory as an archive). The scratch directory is removed, and so
+    are those earlier steps left behind when their worker was killed (``remove_orphaned_scratch``)."""
+    remove_orphaned_scratch()
+    scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
     try:
         local = {name: None if data is None else unpack_dir(data, scratch / "inputs" / name)
                  for name, data in inputs.items()}

@@ -50,6 +50,37 @@ def test_archives_round_trip_and_refuse_escaping_paths(tmp_path):
     assert not (tmp_path / "escape.txt").exists()
 
 
+@pytest.mark.skipif(os.name != "posix", reason="process liveness by signal 0")
+def test_a_step_removes_the_scratch_that_killed_workers_left(tmp_path, monkeypatch):
+    """A step cancelled on its timeout or a worker killed mid-step never cleans its scratch (the
+    unpacked inputs, a base model among them); the next step on that machine removes every
+    scratch of a process that is gone, and leaves those of live ones and anything else."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from reef_train.backend import SCRATCH_PREFIX, remove_orphaned_scratch, run_shipped
+
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        dead = tmp_path / f"{SCRATCH_PREFIX}{ended.pid}-abc"
+        running = tmp_path / f"{SCRATCH_PREFIX}{live.pid}-def"
+        other = tmp_path / "reef-train-steps-of-someone"
+        for d in (dead, running, other):
+            (d / "inputs" / "base").mkdir(parents=True)
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+        assert run_shipped(lambda payload, inputs, out: payload, 5, {})[0] == 5
+        assert not dead.exists() and running.is_dir() and other.is_dir()
+        assert not list(tmp_path.glob(f"{SCRATCH_PREFIX}{os.getpid()}-*")), "the step's own scratch is removed"
+        assert remove_orphaned_scratch(tmp_path) == []
+    finally:
+        live.kill()
+        live.wait()
+    assert remove_orphaned_scratch(tmp_path) == [running]
+
+
 def test_the_local_backend_runs_the_step_in_process(tiny_model_dir, tmp_path):
     metrics = make_trainer(None).run(word_adapter_step, PAYLOAD, inputs={"base": tiny_model_dir, "adapter": None},
                                      output=tmp_path / "out")
@@ -139,6 +170,9 @@ def test_failing_dying_and_overlong_steps_are_trainer_errors(ray_cluster, tmp_pa
     with pytest.raises(TrainerError, match="did not finish within trainer.timeout_s=1 s"):
         make_trainer({"backend": "ray", "timeout_s": 1}).run(_sleeps, 60, inputs={}, output=tmp_path / "f",
                                                              stop=threading.Event())
-    # the cluster is still usable afterwards
+    # the cluster is still usable afterwards, and its step removed the scratch the killed workers left
     assert trainer.run(lambda p, i, o: p + 1, 1, inputs={}, output=tmp_path / "d") == 2
+    from reef_train.backend import remove_orphaned_scratch
+
+    assert remove_orphaned_scratch() == []
 
