@@ -2,16 +2,17 @@
 
 A simulated student works through short homework sessions on two real ``reef serve`` processes
 (the LEARNER with its loop on, a frozen CONTROL with it off; same sessions, same order). Each
-session is one question: the student asks it, reads the reply against its answer key, and answers
-with a correction when the reply breaks its hidden style or has the wrong sum (saying the right
-one, as a student checking homework does), with thanks otherwise; the assistant replies once more
-and the session ends. ``--student style`` is the student of the earlier runs, who reads the style
-only. The student never states its preference and posts no report: the learner's
-recipe pairs each reply with the student's next message (``x-reef-session``), a judge rates it,
-and the loop trains, gates and hot-swaps on its own. Its gate is ``task_suite`` on the first
-prompts of held-out sessions (problems no training session asks), sampled as the sessions are
-and graded as a session passes (``bench/session_gate.py``): a candidate serves only when it
-passes more of them than the serving release does. ``--gate-temperature T`` (0: greedy),
+session is one question: the student asks it, reads the reply, and answers with a correction
+when the reply breaks its hidden style, with thanks otherwise; the assistant replies once more
+and the session ends. ``--student answers`` is a student who also checks the sum against its
+answer key and corrects a wrong one, naming the right one (measured worse on the 135M model,
+which does not learn to add from these sessions: docs/recipes/openclaw.md). The student never
+states its preference and posts no report: the learner's recipe pairs each reply with the
+student's next message (``x-reef-session``), a judge rates it, and the loop trains, gates and
+hot-swaps on its own. Its gate is ``task_suite`` on the first prompts of held-out sessions
+(problems no training session asks), sampled as the sessions are and graded as a session passes
+(``bench/session_gate.py``): a candidate serves only when it passes more of them than the
+serving release does. ``--gate-temperature T`` (0: greedy),
 ``--gate-repeats N`` episodes a prompt and side a round and ``--gate-rounds N`` change it.
 ``--jobs N`` runs up to N seeds at once.
 
@@ -65,8 +66,8 @@ from session_gate import LoopOutcome, PlainAndShort, gate_tasks_config, loop_out
 
 SCENARIO = "bench"
 CONCURRENCY = 8
-#: who the student is: one that checks the sum and the style, or the style only
-STUDENTS = ("answers", "style")
+#: who the student is: one that reads the style only, or the sum too
+STUDENTS = ("style", "answers")
 #: how long the last turns of a round take to be judged into reports (the rule-based judge: well under it)
 JUDGED_S = 3.0
 
@@ -101,8 +102,8 @@ class SessionBench:
     wrong_sum: str = "No, that is wrong: it is {expected}."
     also_style: str = "And shorter, please."
     sum_hint: str = "The sum is {expected}."
-    #: ``answers``: the student checks the sum and the style; ``style``: the style only
-    student: str = "answers"
+    #: ``style``: the student reads the style only; ``answers``: the sum too
+    student: str = "style"
     sessions: int = 72
     window: int = 32
     temperature: float = 0.6
@@ -456,8 +457,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--judge", choices=["model", "rules"], default="model",
                         help="the served model on its frozen base (the recipe's default) or the rule-based judge")
     parser.add_argument("--student", choices=STUDENTS, default=None,
-                        help="answers (the default): the student corrects the style and a wrong sum, naming the "
-                             "right one; style: the style only (the earlier runs' student)")
+                        help="style (the default): the student corrects the style only; answers: the style and a "
+                             "wrong sum, naming the right one")
     parser.add_argument("--no-pace", dest="pace", action="store_false",
                         help="run the sessions back to back instead of letting the learner's loop take each round "
                              "of them before the next")

@@ -347,7 +347,7 @@ def test_the_rule_based_judge_answers_in_the_recipes_format():
 
     from reef_recipe_openclaw.prm import EVALUATE_SYSTEM, HINT_SYSTEM, parse_boxed, parse_hint
 
-    bench = SESSION_RECIPES["openclaw"]
+    bench = SESSION_RECIPES["openclaw"].with_student("answers")
 
     def ask(url, system, next_message):
         user = ("Conversation so far:\n[user] What is 7 + 5?\n\nThe assistant's reply:\n12\n\n"
@@ -371,8 +371,8 @@ def test_the_rule_based_judge_answers_in_the_recipes_format():
 
 @pytest.mark.parametrize("student", ["answers", "style"])
 def test_the_student_answers_as_it_reads_the_reply(student):
-    """The default student checks the sum against its key and names the right one; ``style``
-    reads the style only (thanks for a short wrong sum)."""
+    """The default student reads the style only (thanks for a short wrong sum); ``answers``
+    checks the sum against its key too and names the right one."""
     from learning_sessions import SESSION_RECIPES
 
     bench = SESSION_RECIPES["openclaw"].with_student(student)
@@ -385,7 +385,8 @@ def test_the_student_answers_as_it_reads_the_reply(student):
     else:
         assert bench.next_message(True, False, task) == bench.thanks
         assert bench.next_message(False, False, task) == bench.correction
-    with pytest.raises(ValueError, match="--student must be one of answers, style"):
+    assert SESSION_RECIPES["openclaw"].student == "style"
+    with pytest.raises(ValueError, match="--student must be one of style, answers"):
         bench.with_student("teacher")
 
 
