@@ -8,7 +8,6 @@ lists them: a new example needs no edit anywhere.
 
 from __future__ import annotations
 
-import gc
 import subprocess
 import sys
 from pathlib import Path
@@ -66,13 +65,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Tune each test process's garbage collector as ``reef serve`` tunes its own
-    (reef_core/serve/gc_tuning.py): what collection built (every test module and the packages
-    they import, alive for the whole run) is frozen out of the collector's scans, and a young
-    collection waits for 20,000 allocations instead of 700. Measured: on 5 test modules in one
-    process the collector took 4.5 of 44 CPU seconds before, 2.3 of 40 after; the default run on
-    one clone of an idle 2-core machine, two runs each way, 288 and 285 s of tests against 298 and
-    300, user CPU 426 and 420 s against 447 and 453. Cycles are still collected, only less often;
-    tests that need it call ``gc.collect()``."""
-    gc.freeze()
-    _, middle, old = gc.get_threshold()
-    gc.set_threshold(20_000, middle, old)
+    (reef_core/serve/gc_tuning.py, at ``server.gc_young_threshold``'s default): what collection
+    built (every test module and the packages they import, alive for the whole run) is frozen out
+    of the collector's scans, and a young collection waits for 20,000 allocations instead of 700.
+    Measured: on 5 test modules in one process the collector took 4.5 of 44 CPU seconds before,
+    2.3 of 40 after; the default run on one clone of an idle 2-core machine, two runs each way,
+    288 and 285 s of tests against 298 and 300, user CPU 426 and 420 s against 447 and 453.
+    Cycles are still collected, only less often; tests that need it call ``gc.collect()``."""
+    from reef_core.config import ServerSettings
+    from reef_core.serve.gc_tuning import tune_for_serving
+
+    tune_for_serving(ServerSettings.model_fields["gc_young_threshold"].default)
