@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 
 import pytest
 
 from reef_train import LocalTrainer, Stopped, TrainerError, TrainerOptions, make_trainer
-from reef_train.backend import pack_dir, unpack_dir
+from reef_train.backend import SCRATCH_PREFIX, pack_dir, remove_orphaned_scratch, run_shipped, unpack_dir
 from reef_train.testing import word_adapter_step
 
 PAYLOAD = {"word": "mango", "prompts": ["fruit?", "name one"], "steps": 3}
@@ -55,12 +58,6 @@ def test_a_step_removes_the_scratch_that_killed_workers_left(tmp_path, monkeypat
     """A step cancelled on its timeout or a worker killed mid-step never cleans its scratch (the
     unpacked inputs, a base model among them); the next step on that machine removes every
     scratch of a process that is gone, and leaves those of live ones and anything else."""
-    import subprocess
-    import sys
-    import tempfile
-
-    from reef_train.backend import SCRATCH_PREFIX, remove_orphaned_scratch, run_shipped
-
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -172,7 +169,5 @@ def test_failing_dying_and_overlong_steps_are_trainer_errors(ray_cluster, tmp_pa
                                                              stop=threading.Event())
     # the cluster is still usable afterwards, and its step removed the scratch the killed workers left
     assert trainer.run(lambda p, i, o: p + 1, 1, inputs={}, output=tmp_path / "d") == 2
-    from reef_train.backend import remove_orphaned_scratch
-
     assert remove_orphaned_scratch() == []
 
