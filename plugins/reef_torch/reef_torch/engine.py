@@ -67,6 +67,10 @@ class GenerationRequest:
     sink: Callable[[str, Any], None]
     temperature: float = 1.0
     top_p: float = 1.0
+    #: keep only the K most likely tokens (0: off)
+    top_k: int = 0
+    #: drop tokens less likely than this fraction of the most likely one (0: off)
+    min_p: float = 0.0
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
     adapter: str | None = None
@@ -371,6 +375,8 @@ class GenerationEngine:
             [r.req.temperature for r in rows],
             [r.req.top_p for r in rows],
             [r.generator for r in rows],
+            [r.req.top_k for r in rows],
+            [r.req.min_p for r in rows],
         )
         ks = [r.req.top_logprobs for r in rows]
         tops = top_logprobs_rows(logits, [r.req.temperature for r in rows], ks) if any(ks) else None

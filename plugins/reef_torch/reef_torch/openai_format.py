@@ -2,7 +2,9 @@
 
 Only what the local runtime can honour is accepted; a parameter it cannot honour with a
 value that would change the answer (``n > 1``, penalties, ``logit_bias``, ``top_logprobs``)
-is refused with a 400 in OpenAI's error shape rather than silently ignored. Fields that do
+is refused with a 400 in OpenAI's error shape rather than silently ignored. Besides OpenAI's
+own sampling fields it takes ``top_k`` and ``min_p`` as SGLang and vLLM do (``-1`` or ``0``
+turns either off), so a client written for those servers samples the same way here. Fields that do
 not change generation (``user``, ``metadata``, ``tools`` …) are accepted: tools are passed
 to the chat template, which renders them when it knows how; tool calls are not parsed.
 """
@@ -48,6 +50,8 @@ class ChatParams:
     max_tokens: int | None
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = 0  # 0: off
+    min_p: float = 0.0  # 0: off
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
     stream: bool = False
@@ -105,6 +109,12 @@ def parse_chat_request(body: dict[str, Any]) -> ChatParams:
     for key in ("frequency_penalty", "presence_penalty"):
         if body.get(key) not in (None, 0, 0.0):
             raise invalid(f"The local runtime does not support '{key}'; leave it out or set it to 0.", key)
+    if body.get("repetition_penalty") not in (None, 1, 1.0):
+        raise invalid("The local runtime does not support 'repetition_penalty'; leave it out or set it to 1.",
+                      "repetition_penalty")
+    top_k = body.get("top_k")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < -1):
+        raise invalid(f"'top_k' must be an integer, -1 or 0 for no limit; got {top_k!r}.", "top_k")
     if body.get("logit_bias"):
         raise invalid("The local runtime does not support 'logit_bias'; leave it out.", "logit_bias")
     if body.get("top_logprobs"):
@@ -127,6 +137,8 @@ def parse_chat_request(body: dict[str, Any]) -> ChatParams:
         max_tokens=max_tokens,
         temperature=_number(body, "temperature", 0.0, 2.0, 1.0),
         top_p=_number(body, "top_p", 0.0, 1.0, 1.0),  # 0 keeps only the most likely token
+        top_k=max(top_k or 0, 0),
+        min_p=_number(body, "min_p", 0.0, 1.0, 0.0),
         stop=stops,
         seed=seed,
         stream=stream,

@@ -365,6 +365,8 @@ class LocalRuntime(Runtime):
             sink=sink,
             temperature=params.temperature,
             top_p=params.top_p,
+            top_k=params.top_k,
+            min_p=params.min_p,
             stop=params.stop,
             seed=params.seed,
             adapter=version.adapter,

@@ -25,6 +25,14 @@ def test_max_completion_tokens_and_stop_string():
     assert p.max_tokens == 7 and p.stop == ["\n"]
 
 
+def test_top_k_and_min_p_as_sglang_takes_them():
+    p = parse_chat_request({"messages": USER, "top_k": 20, "min_p": 0.05})
+    assert (p.top_k, p.min_p) == (20, 0.05)
+    assert parse_chat_request({"messages": USER}).top_k == 0
+    assert parse_chat_request({"messages": USER, "top_k": -1}).top_k == 0  # -1 and 0: no limit
+    assert parse_chat_request({"messages": USER, "repetition_penalty": 1.0}).top_k == 0
+
+
 @pytest.mark.parametrize(
     "extra, param",
     [
@@ -38,6 +46,12 @@ def test_max_completion_tokens_and_stop_string():
         ({"stop": 5}, "stop"),
         ({"seed": 1.5}, "seed"),
         ({"frequency_penalty": 0.5}, "frequency_penalty"),
+        ({"repetition_penalty": 1.2}, "repetition_penalty"),
+        ({"top_k": -2}, "top_k"),
+        ({"top_k": 2.5}, "top_k"),
+        ({"top_k": True}, "top_k"),
+        ({"min_p": 1.5}, "min_p"),
+        ({"min_p": "0.1"}, "min_p"),
         ({"logit_bias": {"1": 3}}, "logit_bias"),
         ({"top_logprobs": 3}, "top_logprobs"),
         ({"stream": "yes"}, "stream"),

@@ -126,6 +126,21 @@ async def test_seed_makes_sampling_reproducible_even_inside_a_batch(runtime):
 
 
 @pytest.mark.asyncio
+async def test_top_k_one_samples_the_greedy_answer(runtime):
+    """top_k reaches the sampler: with only the most likely token left, sampling is greedy."""
+    _, greedy_extras = await greedy(runtime, "hello", max_tokens=12)
+    drawn = []
+    for seed in (1, 2, 3):
+        c = call("hello", temperature=1.5, top_k=1, seed=seed, max_tokens=12)
+        await runtime.complete(c)
+        drawn.append(c.extras["response_token_ids"])
+    assert drawn == [greedy_extras["response_token_ids"]] * 3
+    loose = call("hello", temperature=1.5, seed=1, max_tokens=12)
+    await runtime.complete(loose)
+    assert loose.extras["response_token_ids"] != greedy_extras["response_token_ids"]  # the test can fail
+
+
+@pytest.mark.asyncio
 async def test_n_greater_than_one_is_a_clear_400(runtime):
     with pytest.raises(RuntimeCallError) as info:
         await runtime.complete(call("hi", n=2))

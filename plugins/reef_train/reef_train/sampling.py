@@ -2,7 +2,7 @@
 
 Logprob convention (what ``call.extras["logprobs"]`` holds): the log-probability of the
 sampled token under the temperature-scaled distribution ``log_softmax(logits / T)``, taken
-*before* top-p truncation (top-p only narrows which tokens may be drawn). For greedy
+*before* top-p, top-k and min-p truncation (they only narrow which tokens may be drawn). For greedy
 decoding (``temperature == 0``) it is taken at ``T = 1``, i.e. ``log_softmax(logits)``.
 Both this module and ``reef_train.token_logprobs(..., temperature=T)``, which recomputes it,
 take it from ``reef_train.logprobs.scaled_log_softmax``, so importance ratios between the
@@ -32,18 +32,26 @@ def sample_rows(
     temperatures: list[float],
     top_ps: list[float],
     generators: list[torch.Generator],
+    top_ks: list[int] | None = None,
+    min_ps: list[float] | None = None,
 ) -> tuple[list[int], list[float]]:
-    """Pick one token per row of ``logits`` ``[B, V]``; return ``(tokens, logprobs)``."""
+    """Pick one token per row of ``logits`` ``[B, V]``; return ``(tokens, logprobs)``.
+
+    ``top_ks`` (0: off) and ``min_ps`` (0: off) narrow the draw as SGLang and vLLM do: every
+    filter is taken on the row's temperature-scaled distribution, and what survives all of them
+    is renormalised (the most likely token always survives)."""
     logp = scaled_log_softmax(logits, torch.tensor(temperatures, dtype=torch.float32, device=logits.device))
     greedy = logp.argmax(dim=-1).tolist()
+    top_ks = top_ks or [0] * len(temperatures)
+    min_ps = min_ps or [0.0] * len(temperatures)
     tokens: list[int] = []
-    for i, (t, p, g) in enumerate(zip(temperatures, top_ps, generators)):
+    for i, (t, p, g, k, m) in enumerate(zip(temperatures, top_ps, generators, top_ks, min_ps)):
         if t <= 0:
             tokens.append(int(greedy[i]))
             continue
         probs = logp[i].exp().cpu()
-        if p < 1.0:
-            probs = _top_p_filter(probs, p)
+        if p < 1.0 or k > 0 or m > 0:
+            probs = _truncate(probs, p, k, m)
         tokens.append(int(torch.multinomial(probs, 1, generator=g).item()))
     index = torch.tensor(tokens, device=logp.device)[:, None]
     chosen = logp.gather(1, index).squeeze(1).tolist()
@@ -71,11 +79,17 @@ def top_logprobs_rows(logits: torch.Tensor, temperatures: list[float], ks: list[
     return out
 
 
-def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Zero every token outside the smallest set whose probability mass reaches ``top_p``."""
+def _truncate(probs: torch.Tensor, top_p: float, top_k: int, min_p: float) -> torch.Tensor:
+    """Zero every token outside the smallest set whose probability mass reaches ``top_p``, past
+    the ``top_k`` most likely (0: no limit), or less likely than ``min_p`` times the most likely
+    token; renormalise what is left."""
     sorted_probs, order = probs.sort(descending=True)
     cumulative = sorted_probs.cumsum(0)
     keep = (cumulative - sorted_probs) < top_p
+    if top_k > 0:
+        keep[top_k:] = False
+    if min_p > 0:
+        keep &= sorted_probs >= sorted_probs[0] * min_p
     keep[0] = True
     filtered = torch.zeros_like(probs)
     filtered[order[keep]] = sorted_probs[keep]

@@ -27,3 +27,19 @@ def test_top_p_only_draws_from_the_nucleus_and_seeds_reproduce():
     assert len(set(a)) == 1
     full = {sample_rows(logits, [1.0], [1.0], [make_generator(s)])[0][0] for s in range(200)}
     assert full == {0, 1, 2, 3}
+
+
+def test_top_k_and_min_p_narrow_the_draw_and_keep_the_logprob_convention():
+    logits = torch.log(torch.tensor([[0.4, 0.3, 0.2, 0.1]]))
+
+    def draws(top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0) -> set[int]:
+        return {sample_rows(logits, [1.0], [top_p], [make_generator(s)], [top_k], [min_p])[0][0] for s in range(200)}
+
+    assert draws(top_k=2) == {0, 1}
+    assert draws(top_k=1) == {0}
+    assert draws(min_p=0.5) == {0, 1, 2}  # 0.1 < 0.5 * 0.4
+    assert draws(top_p=0.65, top_k=3) == {0, 1}  # every filter applies; the narrowest wins
+    assert draws(top_k=2, min_p=0.6) == {0, 1}
+    assert draws(min_p=1.0) == {0}  # the most likely token always survives
+    tokens, logprobs = sample_rows(logits, [1.0], [1.0], [make_generator(3)], [2], [0.0])
+    assert logprobs[0] == pytest.approx(float(torch.log_softmax(logits[0], -1)[tokens[0]]), abs=1e-6)
