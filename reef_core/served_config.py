@@ -173,9 +173,19 @@ class ServedConfig:
         return self.data.get("url")
 
     def server_alive(self) -> bool:
-        """Whether the server that wrote it says it runs and its process is alive on this machine."""
+        """Whether the server that wrote it says it runs and its process is alive on this machine,
+        serving this directory: a copy of a state directory (``cp -a``), or one moved, carries the
+        file of the server that serves the original, which is not this directory's server."""
         return (bool(self.data.get("running")) and self.data.get("hostname") == socket.gethostname()
-                and _pid_alive(self.data.get("pid")))
+                and self.serves_own_directory() and _pid_alive(self.data.get("pid")))
+
+    def serves_own_directory(self) -> bool:
+        """Whether the state directory the file names is the one it was read from."""
+        named = self.data.get("state_dir")
+        try:
+            return isinstance(named, str) and Path(named).resolve() == self.path.parent.resolve()
+        except OSError:
+            return False
 
     def recompose(self, plugins: Any) -> Settings | None:
         """The settings the server was composed with, composed again here from its

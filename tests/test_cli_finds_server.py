@@ -163,3 +163,39 @@ def test_a_served_config_composed_otherwise_is_not_recomposed(tmp_path, monkeypa
     assert served.recompose(get_plugins()) is None
     config.unlink()
     assert served.recompose(get_plugins()) is None
+
+
+def test_a_copied_state_directory_does_not_lead_to_the_original_server(tmp_path):
+    """``cp -a state copy`` copies the served-config.json of the server on ``state``: a command
+    given ``copy`` must act on the copy, never send a rollback to the server of the original."""
+    import shutil
+    import socket
+
+    from reef_core.served_config import ServedConfig
+
+    state = tmp_path / "state"
+    state.mkdir()
+    data = {"running": True, "hostname": socket.gethostname(), "pid": os.getpid(), "state_dir": str(state),
+            "url": "http://127.0.0.1:9"}
+    (state / served_config.FILE_NAME).write_text(json.dumps(data))
+    assert ServedConfig.read(state).server_alive()
+    shutil.copytree(state, tmp_path / "copy")
+    assert not ServedConfig.read(tmp_path / "copy").server_alive()
+
+
+def test_a_server_that_answers_other_json_is_one_line(monkeypatch):
+    """A URL that answers JSON without the fields a Reef route has: one line, never a KeyError."""
+    import pytest
+
+    from reef_core.cli.remote import RemoteReef, ServerError
+
+    remote = RemoteReef("http://127.0.0.1:9", None, found_by="--url")
+    monkeypatch.setattr(remote, "_call", lambda *a, **k: (200, {"ok": True}))
+    for call in (lambda: remote.releases("default"), lambda: remote.rollback("default", "base"),
+                 lambda: remote.grow("default"), remote.scenario_names, lambda: remote.mode("default"),
+                 lambda: remote.candidates("default", 3)):
+        with pytest.raises(ServerError, match="answered without"):
+            call()
+    monkeypatch.setattr(remote, "_call", lambda *a, **k: (200, ["not", "an", "object"]))
+    with pytest.raises(ServerError, match="answered without 'releases'"):
+        remote.releases("default")

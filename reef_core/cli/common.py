@@ -59,8 +59,26 @@ def friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
         except ReefError as exc:
             click.echo(f"Error: {exc}", err=True)
             sys.exit(exc.exit_code)
+        except OSError as exc:  # the state directory: read-only, a file where a directory should be, the disk
+            click.echo(f"Error: {_os_error(exc)}", err=True)
+            sys.exit(1)
+        except Exception as exc:
+            if type(exc).__module__.split(".")[0] != "sqlalchemy":
+                raise
+            # the record store refused (a read-only SQLite file, a database that went away): its
+            # own words, without the statement and the link SQLAlchemy appends
+            cause = getattr(exc, "orig", None) or exc
+            click.echo(f"Error: the record store refused: {str(cause).splitlines()[0]}", err=True)
+            sys.exit(1)
 
     return wrapper
+
+
+def _os_error(exc: OSError) -> str:
+    """One line for an OSError: what failed, on which path."""
+    what = exc.strerror or str(exc) or type(exc).__name__
+    where = exc.filename if exc.filename is not None else None
+    return f"{what}: {where}" if where is not None else what
 
 
 def configure_logging(level: str) -> None:
@@ -181,10 +199,21 @@ def say_via(server: Any, settings: Any, scenario: str) -> None:
         click.echo(f"note: {note}", err=True)
 
 
+def checked_scenario(scenario: str) -> str:
+    """``scenario`` when it may name a scenario, else a usage error saying why (an empty
+    ``-s "$UNSET"`` included: it must not fall back to the default scenario)."""
+    from ..serve.scenarios import scenario_name_problem
+
+    problem = scenario_name_problem(scenario)
+    if problem:
+        raise click.UsageError(problem)
+    return scenario
+
+
 def scenario_or_default(scenario: str | None, settings: Any, server: Any) -> str:
     """``scenario``, else the running server's default scenario, else the config's."""
-    if scenario:
-        return scenario
+    if scenario is not None:
+        return checked_scenario(scenario)
     if server is not None and server.served is not None:
         return server.served.data.get("default_scenario") or settings.server.default_scenario
     return settings.server.default_scenario

@@ -86,8 +86,8 @@ def releases(config_file: str | None, scenario: str | None, as_json: bool, url: 
 def rollback(config_file: str | None, scenario: str | None, url: str | None, token: str | None, force: bool,
              target: str, overrides: tuple[str, ...]) -> None:
     """Serve RELEASE_ID's content again, or `base` (no harness, no adapter: the model as it is),
-    published as a new release (history is kept). Nothing happens when the head already serves
-    that content."""
+    published as a new release (history is kept). Nothing is published when the head already
+    serves that content; either way a learner lineage of the scenario starts again from it."""
     settings, plugins, server = load_with_server(overrides, config_file, url, token)
     scenario = scenario_or_default(scenario, settings, server)
     if server is not None:

@@ -9,7 +9,7 @@ import json
 
 import click
 
-from .common import config_option, friendly, load
+from .common import checked_scenario, config_option, friendly, load_served
 
 
 def _split(words: tuple[str, ...]) -> tuple[bool, str | None, tuple[str, ...]]:
@@ -36,11 +36,18 @@ def lineage(config_file: str | None, reason: str, as_json: bool, words: tuple[st
     from ..commit.lineage import Lineages, describe
 
     reset, scenario, overrides = _split(words)
-    _cfg, settings, _plugins = load(overrides, config_file)
-    scenario = scenario or settings.server.default_scenario
+    # the state of the server started here, as `reef releases` and `reef status` read it
+    settings, _plugins, _served = load_served(overrides, config_file)
+    scenario = settings.server.default_scenario if scenario is None else checked_scenario(scenario)
     if reset:
+        from ..errors import StoreError
+
         lineages = Lineages(settings.state_dir)
-        if lineages.head(scenario) is None:
+        try:
+            exists = lineages.head(scenario) is not None
+        except StoreError:  # an unreadable head: the reset replaces it
+            exists = True
+        if not exists:
             click.echo(f"scenario {scenario!r} has no learner lineage: nothing to reset")
             return
         serving = settings.open_record_store()

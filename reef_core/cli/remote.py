@@ -47,12 +47,17 @@ def _message(response: httpx.Response) -> str:
     except ValueError:
         text = " ".join(response.text.split())[:300]
         return text or f"HTTP {response.status_code}"
+    return _message_of(body) or f"HTTP {response.status_code}"
+
+
+def _message_of(body: Any) -> str | None:
+    """The error message of a JSON error body (``error.message``, or FastAPI's ``detail``)."""
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict) and error.get("message"):
         return str(error["message"])
     if isinstance(body, dict) and body.get("detail"):
         return str(body["detail"])
-    return f"HTTP {response.status_code}"
+    return None
 
 
 class RemoteReef:
@@ -91,37 +96,45 @@ class RemoteReef:
     def _scenario(scenario: str) -> str:
         return quote(scenario, safe="")
 
+    def _expect(self, body: Any, *keys: str) -> dict[str, Any]:
+        """``body`` when it is an object with ``keys``; else the server is not answering as Reef does."""
+        missing = [k for k in keys if not isinstance(body, dict) or k not in body]
+        if missing:
+            raise ServerError(f"the server at {self.url} answered without {', '.join(repr(k) for k in missing)}; "
+                              "is it a Reef server (of this version)?")
+        return body
+
     def grow(self, scenario: str) -> dict[str, Any]:
         """Run one growth step on the server (it answers when the step is done): the step's
         result, ``outcome: busy`` when one is already running."""
         status, body = self._call("POST", f"/reef/scenarios/{self._scenario(scenario)}/grow", read_timeout=None,
                                   ok_statuses=(409,))
         if status == 409 and not (isinstance(body, dict) and body.get("outcome") == "busy"):
-            raise ServerError(f"the server at {self.url} answered 409: {body.get('error', {}).get('message')}",
-                              status=409)
-        return body
+            raise ServerError(f"the server at {self.url} answered 409: {_message_of(body)}", status=409)
+        return self._expect(body, "outcome")
 
     def rollback(self, scenario: str, target: str) -> dict[str, Any]:
         """Roll back to ``target`` (a release id, or ``base``) on the server: its answer,
         ``{release, published, message}``."""
         _, body = self._call("POST", f"/reef/scenarios/{self._scenario(scenario)}/rollback",
                              json={"to": "base"} if target == "base" else {"release_id": target})
-        return body
+        return self._expect(body, "message")
 
     def releases(self, scenario: str) -> list[dict[str, Any]]:
         """The scenario's release chain, newest first."""
         _, body = self._call("GET", f"/reef/scenarios/{self._scenario(scenario)}/releases")
-        return body["releases"]
+        return self._expect(body, "releases")["releases"]
 
     def mode(self, scenario: str) -> dict[str, Any]:
         """The scenario's learning mode: ``{scenario, mode, since, set_by}``."""
-        return self._call("GET", f"/reef/scenarios/{self._scenario(scenario)}/mode")[1]
+        return self._expect(self._call("GET", f"/reef/scenarios/{self._scenario(scenario)}/mode")[1], "scenario", "mode")
 
     def set_mode(self, scenario: str, mode: str, set_by: str | None = None) -> dict[str, Any]:
         """Set the scenario's learning mode on the server (admin), recorded as set by ``set_by``
         (the server's default: ``api``): ``{scenario, mode, since, set_by}``."""
         body = {"mode": mode, **({"set_by": set_by} if set_by else {})}
-        return self._call("PUT", f"/reef/scenarios/{self._scenario(scenario)}/mode", json=body)[1]
+        return self._expect(self._call("PUT", f"/reef/scenarios/{self._scenario(scenario)}/mode", json=body)[1],
+                            "scenario", "mode")
 
     def scenario_names(self) -> list[str]:
         """Every scenario the token may see, by name (all pages)."""
@@ -130,7 +143,7 @@ class RemoteReef:
         while True:
             query = f"?cursor={quote(cursor, safe='')}" if cursor else ""
             _, body = self._call("GET", f"/reef/scenarios{query}")
-            names += [s["name"] for s in body["scenarios"]]
+            names += [s["name"] for s in self._expect(body, "scenarios")["scenarios"] if isinstance(s, dict)]
             cursor = body.get("next_cursor")
             if not cursor:
                 return names
@@ -141,8 +154,8 @@ class RemoteReef:
 
     def candidates(self, scenario: str, limit: int) -> list[dict[str, Any]]:
         """The scenario's newest ``limit`` candidates, newest first."""
-        return self._call("GET", f"/reef/scenarios/{self._scenario(scenario)}/candidates?limit={limit}")[1][
-            "candidates"]
+        _, body = self._call("GET", f"/reef/scenarios/{self._scenario(scenario)}/candidates?limit={limit}")
+        return self._expect(body, "candidates")["candidates"]
 
 
 def _answers(url: str) -> bool:

@@ -14,7 +14,16 @@ from typing import Any
 
 import click
 
-from .common import config_option, friendly, load_served, load_with_server, local_kernel, say_via, server_options
+from .common import (
+    checked_scenario,
+    config_option,
+    friendly,
+    load_served,
+    load_with_server,
+    local_kernel,
+    say_via,
+    server_options,
+)
 
 #: candidates per scenario ``reef status`` shows
 LAST_CANDIDATES = 3
@@ -55,17 +64,23 @@ def mode(config_file: str | None, as_json: bool, url: str | None, token: str | N
     if new is not None and new not in LEARNING_MODES:
         raise click.BadParameter(f"{new!r} is not a learning mode; use one of: {', '.join(LEARNING_MODES)}",
                                  param_hint="MODE")
+    checked_scenario(scenario)
     settings, _plugins, server = load_with_server(overrides, config_file, url, token)
     if server is not None:
         say_via(server, settings, scenario)
         info = server.set_mode(scenario, new, _who()) if new else server.mode(scenario)
     else:
+        from ..errors import NotFoundError
         from ..grow.modes import ScenarioModes
+        from ..serve.scenarios import pinned_scenarios
         from ..served_config import check_given
 
         check_given(settings, force=force, keys=("record_store",))
         store = settings.open_record_store()
         try:
+            # as the server answers: a mode only for a scenario that exists (a typo stores nothing)
+            if scenario not in pinned_scenarios(settings) and scenario not in store.scenario_names():
+                raise NotFoundError(f"no scenario named {scenario!r}")
             modes = ScenarioModes(store, settings)
             info = modes.set(scenario, new, _who()) if new else modes.describe(scenario)
         finally:

@@ -40,7 +40,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConflictError
+from ..errors import ConflictError, StoreError
 from ..store.filelock import FileLock
 from ..store.leases import LeaseLost
 from .artifacts import copy_artifact
@@ -101,17 +101,20 @@ class Lineages:
     def head(self, scenario: str) -> LineageHead | None:
         """The scenario's head, or None when it has no lineage yet."""
         path = self.dir_of(scenario) / HEAD_FILE
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
+        data = _read_head(path)
+        if data is None:
             return None
         checkpoint = data.get("checkpoint")
-        return LineageHead(scenario=scenario, id=str(data["id"]), step=int(data["step"]),
-                           checkpoint=self.dir_of(scenario) / STEPS_DIR / checkpoint if checkpoint else None,
-                           meta=dict(data.get("meta") or {}), last_reset=data.get("last_reset"),
-                           published_step=data.get("published_step"), published_release=data.get("published_release"),
-                           releases={str(k): int(v) for k, v in (data.get("releases") or {}).items()},
-                           lease_token=data.get("lease_token"))
+        try:
+            return LineageHead(scenario=scenario, id=str(data["id"]), step=int(data["step"]),
+                               checkpoint=self.dir_of(scenario) / STEPS_DIR / checkpoint if checkpoint else None,
+                               meta=dict(data.get("meta") or {}), last_reset=data.get("last_reset"),
+                               published_step=data.get("published_step"),
+                               published_release=data.get("published_release"),
+                               releases={str(k): int(v) for k, v in (data.get("releases") or {}).items()},
+                               lease_token=data.get("lease_token"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise _unreadable(path, f"{type(exc).__name__}: {exc}") from None
 
     def advance(self, scenario: str, checkpoint_dir: Path, meta: dict[str, Any], *, expected: str | None,
                 steps: int = 1, fence: Fence = None, token: int | None = None) -> LineageHead:
@@ -179,7 +182,14 @@ class Lineages:
         try:
             with lock, (fence or nullcontext)():
                 path = sdir / HEAD_FILE
-                old = json.loads(path.read_text()) if path.exists() else None
+                try:
+                    old = _read_head(path)
+                    if old is not None:
+                        self.head(scenario)  # every field readable
+                except StoreError:
+                    if expected is not ...:
+                        raise
+                    old = None  # a reset that names no head replaces an unreadable one
                 if expected is not ... and (old["id"] if old else None) != expected:
                     raise ConflictError(f"the lineage of {scenario!r} moved: expected head {expected or 'none'}, "
                                         f"found {old['id'] if old else 'none'}; nothing changed")
@@ -289,6 +299,30 @@ def _seen(old: dict[str, Any] | None, release_id: str | None, step: int, *, keep
         releases.pop(key, None)
         releases[key] = int(step)
     return dict(list(releases.items())[-RELEASES_KEPT:])
+
+
+def _read_head(path: Path) -> dict[str, Any] | None:
+    """``HEAD.json`` as a dict, None when there is none; ``StoreError`` when it cannot be read."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise _unreadable(path, str(exc)) from None
+    if not isinstance(data, dict):
+        raise _unreadable(path, "not a JSON object")
+    return data
+
+
+def _unreadable(path: Path, why: str) -> StoreError:
+    return StoreError(f"the learner lineage head {path} cannot be read ({why}); `reef lineage reset "
+                      f"{_scenario_of(path)}` starts the lineage again from the serving release")
+
+
+def _scenario_of(path: Path) -> str:
+    from urllib.parse import unquote
+
+    return unquote(path.parent.name)
 
 
 def _new_id() -> str:

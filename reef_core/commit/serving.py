@@ -168,25 +168,32 @@ class ServingReleases:
         what = "base (no harness, no adapter)" if target == BASE else target
         if stored is None:
             head = await asyncio.to_thread(self.chain.head, scenario)
-            await asyncio.to_thread(self._reset_lineage, scenario, head.release_id if head else None, what)
+            # a rollback to what serves still undoes what the lineage learnt past it
+            reset = await asyncio.to_thread(self._reset_lineage, scenario, head.release_id if head else None, what)
             if serve and head is not None and await self._swap(head):  # a head the follower had not reached yet
                 self._on_published(head)
-            return RollbackResult(head, False, _unchanged(scenario, target, head))
+            return RollbackResult(head, False, _unchanged(scenario, target, head) + reset)
         row = await self.activate(stored) if serve else await asyncio.to_thread(self.chain.record, stored)
-        await asyncio.to_thread(self._reset_lineage, scenario, row.release_id, what)
+        reset = await asyncio.to_thread(self._reset_lineage, scenario, row.release_id, what)
         return RollbackResult(row, True, f"published release {row.release_id} (#{row.sequence}) of {scenario!r}: "
-                                         f"rollback to {what}, content {row.content_hash[:12]}")
+                                         f"rollback to {what}, content {row.content_hash[:12]}" + reset)
 
-    def _reset_lineage(self, scenario: str, release_id: str | None, what: str) -> None:
+    def _reset_lineage(self, scenario: str, release_id: str | None, what: str) -> str:
         """After a rollback the scenario's lineage (if it has one) starts again from the release
-        rolled back to: what it learnt past that release is what the rollback undoes. A reset
-        that fails is logged: the next step finds serving moved away from the lineage and
-        resets it then."""
+        rolled back to: what it learnt past that release is what the rollback undoes. Returns
+        what to add to the rollback's message ("" without a lineage). A reset that fails is
+        logged: the next step finds serving moved away from the lineage and resets it then."""
         try:
-            if self.lineages.head(scenario) is not None:
-                self.lineages.reset(scenario, to_release=release_id, reason=f"reef rollback to {what}")
+            head = self.lineages.head(scenario)
+            if head is None:
+                return ""
+            self.lineages.reset(scenario, to_release=release_id, reason=f"reef rollback to {what}")
         except Exception:
             log.exception("%s: resetting the learner lineage after the rollback failed", scenario)
+            return "; resetting the learner lineage failed (the server log says why): its next step resets it"
+        dropped = head.step - (head.published_step or 0)
+        return (f"; the learner lineage starts again from {release_id or 'the base model'}"
+                + (f" ({dropped} unpublished step(s) dropped)" if head.checkpoint is not None and dropped else ""))
 
     # ------------------------------------------------------------------ lifecycle
 

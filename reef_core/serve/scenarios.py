@@ -31,11 +31,25 @@ from ..hookspecs import hookimpl
 from .errors import ClientError
 
 __all__ = ["SCENARIO_NAME", "ScenarioRegistry", "decode_name_cursor", "encode_name_cursor", "header_scenario",
-           "path_scenario", "pinned_scenarios"]
+           "is_scenario_name", "path_scenario", "pinned_scenarios", "scenario_name_problem"]
 
 #: what a scenario name may be; ``\Z``, not ``$``: ``$`` also matches before a trailing newline
 SCENARIO_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}\Z")
-_NAME_RULE = "letters, digits, '_', '-', '.', ':'; at most 200 characters"
+#: the longest a name may be with each '.' and ':' counted as the three characters of its escape
+#: (``%2E``, ``%3A``): a scenario's name is a file name in the release chain's git refs, its
+#: releases directory and its learner lineage, and a file name has at most 255 bytes
+MAX_ESCAPED = 200
+_NAME_RULE = "letters, digits, '_', '-', '.', ':'; at most 200 characters, each '.' and ':' counting as 3"
+
+
+def is_scenario_name(name: str) -> bool:
+    """Whether ``name`` may name a scenario (``SCENARIO_NAME``, and ``MAX_ESCAPED`` escaped)."""
+    return bool(SCENARIO_NAME.match(name)) and len(name) + 2 * (name.count(".") + name.count(":")) <= MAX_ESCAPED
+
+
+def scenario_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a scenario, in one line (None: it can)."""
+    return None if is_scenario_name(name) else f"{name[:80]!r} is not a valid scenario name ({_NAME_RULE})"
 
 
 def header_scenario(value: str | None, default: str) -> str:
@@ -44,7 +58,7 @@ def header_scenario(value: str | None, default: str) -> str:
     scenario = (value or "").strip()
     if not scenario:
         return default
-    if not SCENARIO_NAME.match(scenario):
+    if not is_scenario_name(scenario):
         raise ClientError(f"x-reef-scenario {scenario[:80]!r} is not a valid scenario name ({_NAME_RULE})",
                           param="x-reef-scenario")
     return scenario
@@ -52,7 +66,7 @@ def header_scenario(value: str | None, default: str) -> str:
 
 def path_scenario(scenario: str) -> str:
     """The scenario a route's path names; one that is no scenario name is a 404 before any lookup."""
-    if not SCENARIO_NAME.match(scenario):
+    if not is_scenario_name(scenario):
         raise ClientError(f"{scenario[:80]!r} is not a valid scenario name ({_NAME_RULE})", status=404)
     return scenario
 

@@ -206,6 +206,7 @@ def test_reef_lineage_shows_it_rollback_and_reset_reset_it(tmp_path):
 
     back = _invoke(tmp_path, "rollback", "-s", "default", first.release_id)
     assert back.exit_code == 0, back.output
+    assert "the learner lineage starts again from" in back.output and "2 unpublished step(s) dropped" in back.output
     head = Lineages(tmp_path / "state").head("default")
     assert head.checkpoint is None and head.last_reset["reason"] == f"reef rollback to {first.release_id}"
     rolled = RecordStore(f"sqlite:///{tmp_path / 'state' / 'reef.db'}")
@@ -218,6 +219,56 @@ def test_reef_lineage_shows_it_rollback_and_reset_reset_it(tmp_path):
     reset = _invoke(tmp_path, "lineage", "reset", "default", "--reason", "drifted")
     assert reset.exit_code == 0 and "default: lineage reset" in reset.output
     assert "drifted" in _invoke(tmp_path, "lineage").output
+
+
+def test_a_rollback_that_publishes_nothing_says_it_reset_the_lineage(tmp_path):
+    """Rolling back to what serves publishes nothing, and still undoes the unpublished steps:
+    the message says both."""
+    Lineages(tmp_path / "state").advance("default", _checkpoint(tmp_path / "a", "one"), {}, expected=None)
+    back = _invoke(tmp_path, "rollback", "base")
+    assert back.exit_code == 0, back.output
+    assert "nothing was published" in back.output
+    assert "the learner lineage starts again from the base model (1 unpublished step(s) dropped)" in back.output
+    assert Lineages(tmp_path / "state").head("default").checkpoint is None
+
+
+def test_odd_scenarios_and_an_unreadable_head_are_one_line_errors(tmp_path):
+    long_name = "a" + "a:" * 90  # 181 characters: 361 once each ':' is escaped, past a file name's 255
+    for words in ([long_name], ["reset", long_name], ["a" * 300]):
+        out = _invoke(tmp_path, "lineage", *words)
+        assert out.exit_code == 2 and "not a valid scenario name" in out.output and "Traceback" not in out.output
+    assert _invoke(tmp_path, "rollback", "-s", "", "base").exit_code == 2  # never the default scenario
+    head = tmp_path / "state" / "lineage" / "other" / HEAD_FILE
+    head.parent.mkdir(parents=True)
+    for text in ('{"id": "x", "step": ', '{"id": "x"}', "[]"):
+        head.write_text(text)
+        shown = _invoke(tmp_path, "lineage", "other")
+        assert shown.exit_code == 1 and shown.output.startswith("Error: the learner lineage head"), shown.output
+        assert "reef lineage reset other" in shown.output
+    reset = _invoke(tmp_path, "lineage", "reset", "other")
+    assert reset.exit_code == 0, reset.output
+    assert Lineages(tmp_path / "state").head("other").checkpoint is None  # the unreadable head replaced
+
+
+def test_reef_lineage_reads_the_state_of_the_server_started_here(tmp_path, monkeypatch):
+    """Given no config, `reef lineage` reads the state directory the server started in this
+    directory serves, as `reef releases` does (not the configured default ``.reef``)."""
+    from reef_core import served_config
+    from reef_core.cli.common import load
+
+    state = tmp_path / "elsewhere"
+    Lineages(state).advance("default", _checkpoint(tmp_path / "a", "one"), {}, expected=None)
+    monkeypatch.setenv("REEF_SERVERS_DIR", str(tmp_path / "servers"))
+    monkeypatch.chdir(tmp_path)
+    overrides = (f"server.state_dir={state}", f"runtime.upstream_url={Down.url}")
+    served_config.record_composition(None, overrides)  # as `reef serve` started here records it
+    try:
+        served_config.announce(load(overrides)[1], url=None)
+    finally:
+        served_config._composition = None
+    out = CliRunner().invoke(main, ["lineage"])
+    assert out.exit_code == 0, out.output
+    assert "default: lineage step 1" in out.output
 
 
 def test_the_lineage_route(tmp_path):

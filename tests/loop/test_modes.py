@@ -229,6 +229,23 @@ def test_reef_mode_on_the_state_directory(tmp_path):
     assert row["scenario"] == "default" and row["mode"] == "paused"
 
 
+def test_reef_mode_on_the_state_directory_refuses_what_the_server_refuses(tmp_path):
+    """A typo stores no mode for a scenario that does not exist (the server answers 404), a name
+    that cannot be a scenario's is a usage error, and a file where the state should be is one line."""
+    typo = _cli(tmp_path, "mode", "defualt", "paused")
+    assert typo.exit_code == 1 and "no scenario named 'defualt'" in typo.output
+    for name in ("", "a/b", "a" * 300):
+        assert _cli(tmp_path, "mode", name, "paused").exit_code == 2, name
+    assert _cli(tmp_path, "mode", "default").output.strip() == "default: auto (from the configuration)"
+    (tmp_path / "file").write_text("")
+    cfg = write_config(tmp_path / "cli.yaml", _config(loop_enabled=False))
+    for command in ("releases", "status", "lineage"):
+        out = CliRunner().invoke(main, [command, "-c", str(cfg), f"server.state_dir={tmp_path / 'file'}",
+                                        f"runtime.upstream_url={Down.url}"])
+        assert out.exit_code == 1 and out.output.startswith("Error: "), (command, out.output)
+        assert "Traceback" not in out.output and str(tmp_path / "file") in out.output
+
+
 def test_reef_mode_and_status_against_a_running_server(tmp_path):
     with FakeUpstream("openai", capital_model) as up:
         settings = settings_for(tmp_path, up, {**_config(), "auth": {"tokens": TOKENS}})
