@@ -37,9 +37,10 @@ __all__ = ["SCENARIO_NAME", "ScenarioRegistry", "decode_name_cursor", "encode_na
 SCENARIO_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}\Z")
 #: the longest a name may be with each '.' and ':' counted as the three characters of its escape
 #: (``%2E``, ``%3A``): a scenario's name is a file name in the release chain's git refs, its
-#: releases directory and its learner lineage, and a file name has at most 255 bytes
-MAX_ESCAPED = 200
-_NAME_RULE = "letters, digits, '_', '-', '.', ':'; at most 200 characters, each '.' and ':' counting as 3"
+#: releases directory and its learner lineage, and a file name has at most 255 bytes (git adds ".lock")
+MAX_ESCAPED = 250
+_NAME_RULE = ("letters, digits, '_', '-', '.', ':'; at most 200 characters, and at most 250 with each '.' and ':' "
+              "counted as 3")
 
 
 def is_scenario_name(name: str) -> bool:
