@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -187,17 +187,57 @@ async def _fail(state: ServeState, ex: Exchange, call: InferenceCall | None, exc
     return error_response(ex.dialect, status, message, headers=headers)
 
 
-async def complete(state: ServeState, ex: Exchange) -> Response:
-    """Answer a non-streamed request; returns once the record is durable."""
+class _ClientGone(Exception):
+    """The client of a non-streamed request disconnected before its answer was ready."""
+
+
+async def _unless_client_leaves(answer: Awaitable[Any], receive: Any) -> Any:
+    """``await answer``, cancelled when the client disconnects first (``_ClientGone``): a runtime
+    generating for a client that left (a local model decoding hundreds of tokens, an upstream
+    billing them) stops, as it does for a stream. ``receive``: the ASGI receive of a request
+    whose body was read (None: no watching)."""
+    if receive is None:
+        return await answer
+    task = asyncio.ensure_future(answer)
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # cancelled (a shutdown's cut): the answer goes with it
+        task.cancel()
+        raise
+    finally:
+        watcher.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    raise _ClientGone
+
+
+async def complete(state: ServeState, ex: Exchange, receive: Any = None) -> Response:
+    """Answer a non-streamed request; returns once the record is durable. With ``receive`` (the
+    request's ASGI receive), a client that disconnects first cancels the answer: its record is
+    ``incomplete``, as a stream's whose client left."""
     call = make_call(state, ex)  # a body that cannot be translated is the client's 400
     state.inflight += 1
     submitted = False
     try:
         try:
-            answer = await state.reef.runtime.complete(call)
+            answer = await _unless_client_leaves(state.reef.runtime.complete(call), receive)
             _check_answer_depth(answer, state.max_json_depth)
             body = translate_response(answer, state.runtime_dialect, ex.dialect, request=ex.body,
                                       response_id=ex.record_id)
+        except _ClientGone:
+            submitted = True
+            _submit_quietly(state, ex.record(call, state.runtime_name, status="incomplete",
+                                             error="the client disconnected before the answer was finished"))
+            # nobody reads it: the status of nginx's "client closed request"
+            return error_response(ex.dialect, 499, "the client disconnected", headers=ex.headers())
         except Exception as exc:
             submitted = True
             return await _fail(state, ex, call, exc)

@@ -220,7 +220,7 @@ async def _serve(request: Request, principal: Principal, dialect: str, route: st
     ex = Exchange(route=route, dialect=dialect, scenario=scenario, session=session, tags=tags,
                   record_id=new_id("rec"), release=release, body=prepared, stream=streamed,
                   max_json_depth=state.max_json_depth)
-    return await (stream(state, ex) if streamed else complete(state, ex))
+    return await (stream(state, ex) if streamed else complete(state, ex, request.receive))
 
 
 @router.post("/v1/chat/completions", openapi_extra=OPENAI_BODY, responses=_RESPONSES,

@@ -101,6 +101,25 @@ def test_client_disconnect_mid_stream_leaves_incomplete_record(reefs, upstreams,
     assert reef.client().post(route, json=body).status_code == 200
 
 
+def test_a_client_that_leaves_a_non_streamed_answer_cancels_it(tmp_path):
+    """The client of a non-streamed request gives up while the upstream still works: the
+    upstream request is cancelled and the record says the client left (as for a stream)."""
+    with FakeUpstream("openai") as up, ReefServer(tmp_path, upstream=up) as reef:
+        up.hang(times=1)
+        with pytest.raises(httpx.ReadTimeout), httpx.Client(base_url=reef.url, timeout=0.5) as c:
+            c.post("/v1/chat/completions", json=CHAT)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            records = reef.client().get("/reef/scenarios/default/records", params={"limit": 5}).json()["records"]
+            if records:
+                break
+            time.sleep(0.05)
+        up.release()
+        [rec] = records
+        assert rec["status"] == "incomplete" and "client disconnected" in rec["error"]
+        assert reef.client().post("/v1/chat/completions", json=CHAT).status_code == 200
+
+
 def test_upstream_timeout_is_502_and_server_keeps_serving(tmp_path):
     with FakeUpstream("openai") as up, ReefServer(tmp_path, upstream=up,
                                                   overrides=["runtime.timeout_s=0.3"]) as reef:

@@ -168,6 +168,7 @@ def shared(tmp_path_factory):
     ({"input": 3}, "input", "string or an array"),
     ({}, "input", "required"),
     ({"input": "x", "max_output_tokens": 0}, "max_output_tokens", "positive"),
+    ({"input": "x", "top_logprobs": 5}, "top_logprobs", "returns no logprobs here"),
 ])
 def test_bad_requests_are_openai_shaped_400s(shared, body, param, words):
     up, reef = shared

@@ -85,6 +85,10 @@ class GenerationRequest:
         self.cancelled = True
 
 
+class _Abandoned(Exception):
+    """Every request of a prefill was cancelled before it ended."""
+
+
 @dataclass
 class GenerationResult:
     text: str
@@ -281,8 +285,13 @@ class GenerationEngine:
             self.kv.open(len(reqs), width)
             first = 0
             for group in self._prefill_groups(reqs):
-                logits.append(self._prefill_group(group, first))
+                logits.append(self._prefill_group(group, first, reqs))
                 first += len(group)
+        except _Abandoned:  # every newcomer's client went away: stop prefilling for nobody
+            self.kv.abort()
+            for req in reqs:
+                self._leave(req)
+            return
         except Exception as exc:  # fail only the newcomers; the running batch is intact
             log.exception("prefill failed")
             self.kv.abort()
@@ -306,9 +315,13 @@ class GenerationEngine:
                 groups.append([req])
         return groups
 
-    def _prefill_group(self, reqs: list[GenerationRequest], first: int) -> torch.Tensor:
+    def _prefill_group(self, reqs: list[GenerationRequest], first: int,
+                       newcomers: list[GenerationRequest] | None = None) -> torch.Tensor:
         """Run the prefill of newcomers ``first ..`` in forwards of at most ``prefill_chunk_tokens``
-        tokens, straight into their KV rows; returns their last positions' logits."""
+        tokens, straight into their KV rows; returns their last positions' logits. Raises
+        ``_Abandoned`` between two forwards once every one of ``newcomers`` is cancelled (a long
+        prompt's prefill runs for seconds: nobody should wait behind one its client left)."""
+        newcomers = newcomers or reqs
         lengths = [len(r.prompt_ids) for r in reqs]
         width = max(lengths)
         ids = torch.full((len(reqs), width), self.pad_id, dtype=torch.long)
@@ -322,6 +335,8 @@ class GenerationEngine:
         adapters = [r.adapter for r in reqs]
         logits = None
         for begin in range(0, width, step):
+            if begin and all(r.cancelled for r in newcomers):
+                raise _Abandoned
             stop = min(width, begin + step)
             logits = self._forward(
                 adapters,

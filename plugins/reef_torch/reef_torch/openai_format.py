@@ -1,12 +1,13 @@
 """OpenAI chat-completions wire format: validate a request, shape responses and chunks.
 
 Only what the local runtime can honour is accepted; a parameter it cannot honour with a
-value that would change the answer (``n > 1``, penalties, ``logit_bias``, ``top_logprobs``)
-is refused with a 400 in OpenAI's error shape rather than silently ignored. Besides OpenAI's
-own sampling fields it takes ``top_k`` and ``min_p`` as SGLang and vLLM do (``-1`` or ``0``
-turns either off), so a client written for those servers samples the same way here. Fields that do
-not change generation (``user``, ``metadata``, ``tools`` …) are accepted: tools are passed
-to the chat template, which renders them when it knows how; tool calls are not parsed.
+value that would change the answer (``n > 1``, penalties, ``logit_bias``, ``top_logprobs``,
+a JSON ``response_format``, a ``tool_choice`` that forces a call) is refused with a 400 in
+OpenAI's error shape rather than silently ignored. Besides OpenAI's own sampling fields it
+takes ``top_k`` and ``min_p`` as SGLang and vLLM do (``-1`` or ``0`` turns either off), so a
+client written for those servers samples the same way here. Fields that do not change
+generation (``user``, ``metadata``, ``tools`` …) are accepted: tools are passed to the chat
+template, which renders them when it knows how; tool calls are not parsed.
 """
 
 from __future__ import annotations
@@ -131,6 +132,17 @@ def parse_chat_request(body: dict[str, Any]) -> ChatParams:
     tools = body.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise invalid("'tools' must be a list.", "tools")
+    # what would bind the answer's shape, which this runtime cannot: it does not constrain decoding
+    # and does not parse tool calls out of the text
+    response_format = body.get("response_format")
+    kind = response_format.get("type") if isinstance(response_format, dict) else response_format
+    if kind not in (None, "text"):
+        raise invalid(f"The local runtime does not constrain answers to a format (response_format type {kind!r}); "
+                      "leave response_format out, or ask for JSON in the prompt.", "response_format")
+    choice = body.get("tool_choice")
+    if choice not in (None, "auto", "none"):
+        raise invalid("The local runtime cannot force a tool call (it does not parse tool calls); use tool_choice "
+                      "'auto' or 'none', or leave it out.", "tool_choice")
 
     return ChatParams(
         messages=normalized,

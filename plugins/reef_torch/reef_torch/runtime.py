@@ -18,6 +18,7 @@ import logging
 import time
 import warnings
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,11 @@ class LocalRuntime(Runtime):
         self.engine = None  # reef_torch.engine.GenerationEngine once started
         self._start_lock = asyncio.Lock()
         self._activate_lock = asyncio.Lock()
+        #: renders and tokenizes prompts off the event loop (a long one takes seconds), one at a time
+        self._render: ThreadPoolExecutor | None = None
+        #: the longest token of the vocabulary, in characters: a prompt has at least its text's
+        #: length over this many tokens, so a far too long one is refused before it is tokenized
+        self._longest_token = 1
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -148,6 +154,8 @@ class LocalRuntime(Runtime):
 
             self.loaded = loaded
             self.context_tokens = context_limit(loaded.model, self.max_context_tokens)
+            self._longest_token = max(map(len, loaded.tokenizer.get_vocab()), default=1)
+            self._render = ThreadPoolExecutor(1, thread_name_prefix="reef-local-render")
             self.engine = GenerationEngine(
                 loaded.model,
                 loaded.tokenizer,
@@ -167,6 +175,9 @@ class LocalRuntime(Runtime):
         engine, self.engine = self.engine, None
         if engine is not None:
             await asyncio.to_thread(engine.close)
+        render, self._render = self._render, None
+        if render is not None:
+            render.shutdown(wait=False, cancel_futures=True)
 
     def models(self) -> list[str]:
         """The one model served: requests naming another one are refused by the kernel (404)."""
@@ -344,8 +355,12 @@ class LocalRuntime(Runtime):
 
         await self.start()
         params = parse_chat_request(call.body)
-        prompt_ids = self._prompt_ids(params)
         limit = self.context_tokens
+        at_least = sum(len(m["content"]) for m in params.messages if isinstance(m.get("content"), str)) \
+            // self._longest_token
+        if at_least >= limit:  # surely too long: refused without the seconds its tokenizing would take
+            raise prompt_too_long(at_least, limit, self.model_id, configured=limit == self.max_context_tokens)
+        prompt_ids = await asyncio.get_running_loop().run_in_executor(self._render, self._prompt_ids, params)
         if len(prompt_ids) >= limit:
             raise prompt_too_long(len(prompt_ids), limit, self.model_id, configured=limit == self.max_context_tokens)
         max_new = min(params.max_tokens or self.max_new_tokens_default, limit - len(prompt_ids))

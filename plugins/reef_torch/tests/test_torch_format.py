@@ -33,6 +33,12 @@ def test_top_k_and_min_p_as_sglang_takes_them():
     assert parse_chat_request({"messages": USER, "repetition_penalty": 1.0}).top_k == 0
 
 
+def test_what_does_not_bind_the_answer_passes():
+    for extra in ({"response_format": {"type": "text"}}, {"tool_choice": "auto"}, {"tool_choice": "none"},
+                  {"user": "u", "metadata": {"a": "b"}}):
+        assert parse_chat_request({"messages": USER, **extra}).messages == USER
+
+
 @pytest.mark.parametrize(
     "extra, param",
     [
@@ -47,6 +53,10 @@ def test_top_k_and_min_p_as_sglang_takes_them():
         ({"seed": 1.5}, "seed"),
         ({"frequency_penalty": 0.5}, "frequency_penalty"),
         ({"repetition_penalty": 1.2}, "repetition_penalty"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}, "response_format"),
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice"),
         ({"top_k": -2}, "top_k"),
         ({"top_k": 2.5}, "top_k"),
         ({"top_k": True}, "top_k"),

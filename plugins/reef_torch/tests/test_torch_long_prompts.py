@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 import torch
@@ -130,6 +131,50 @@ async def test_concurrent_long_and_short_prompts_match_their_solo_answers(runtim
     assert [t[0] for t in together] == [s[0] for s in solo]
     for (_, got), (_, want) in zip(together, solo):
         assert got == pytest.approx(want, abs=1e-4)
+
+
+@pytest.mark.asyncio
+async def test_a_prefill_whose_client_left_stops_between_two_chunks(runtime):
+    """A long prompt's prefill runs for seconds in chunks: once its only request is cancelled
+    (the client went away), the engine stops at the next chunk instead of prefilling for nobody,
+    and serves the next request as before."""
+    from reef_torch.engine import GenerationRequest
+
+    engine = runtime.engine
+    engine.prefill_chunk_tokens = 8
+    ids = runtime._prompt_ids(parse_chat_request({"messages": [{"role": "user", "content": LONG}]}))
+    left, said = threading.Event(), []
+    req = GenerationRequest(prompt_ids=ids, max_new_tokens=4, sink=lambda kind, payload: said.append(kind),
+                            on_leave=left.set)
+    handle = engine.model.register_forward_pre_hook(lambda *_: req.cancel())  # gone during the first chunk
+    try:
+        engine.forward_log.clear()
+        engine.submit(req)
+        assert await asyncio.to_thread(left.wait, 30)
+    finally:
+        handle.remove()
+    prefills = [n for kind, n in engine.forward_log if kind == "prefill"]
+    assert len(ids) > 8 * 10 and len(prefills) == 1 and said == []  # one chunk of more than ten, no answer
+    assert len((await _answer(runtime, "hi"))[0]) > 0
+
+
+@pytest.mark.asyncio
+async def test_prompts_render_off_the_event_loop_and_a_far_too_long_one_is_refused_unrendered(runtime, monkeypatch):
+    rendered = []
+    real = runtime._prompt_ids
+
+    def spy(params):
+        rendered.append(threading.current_thread().name)
+        return real(params)
+
+    monkeypatch.setattr(runtime, "_prompt_ids", spy)
+    await _answer(runtime, "hi")
+    assert len(rendered) == 1 and rendered[0].startswith("reef-local-render")
+    # more characters than the context's tokens could hold at the vocabulary's longest token
+    with pytest.raises(RuntimeCallError) as info:
+        await runtime.complete(call("x" * (runtime.context_tokens * runtime._longest_token)))
+    assert info.value.status == 400 and info.value.body["error"]["code"] == "context_length_exceeded"
+    assert len(rendered) == 1  # refused without rendering or tokenizing it
 
 
 @pytest.fixture(scope="module")

@@ -191,6 +191,9 @@ def responses_to_chat(body: dict[str, Any]) -> dict[str, Any]:
                               f"instead of item_reference)", param=f"input.{i}.type")
     if not any(m["role"] != "system" for m in messages):
         raise ClientError("input: at least one message or function call output is required", param="input")
+    if body.get("top_logprobs"):  # the translated answer's output_text carries no logprobs
+        raise ClientError("top_logprobs: this server answers the Responses API through Chat Completions, which "
+                          "returns no logprobs here; leave top_logprobs out (or 0)", param="top_logprobs")
     out: dict[str, Any] = {"model": body.get("model"), "messages": messages}
     for key in ("temperature", "top_p", "parallel_tool_calls", "user", "stream"):
         if body.get(key) is not None:
