@@ -226,13 +226,16 @@ def chunk(
     delta: dict[str, Any],
     finish_reason: str | None = None,
     usage: dict[str, int] | None = None,
+    logprobs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    """One ``chat.completion.chunk``; ``logprobs``: the ``logprobs.content`` entries it carries."""
     out: dict[str, Any] = {
         "id": completion_id,
         "object": "chat.completion.chunk",
         "created": created,
         "model": model,
-        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+        "choices": [{"index": 0, "delta": delta, "logprobs": None if logprobs is None else {"content": logprobs},
+                     "finish_reason": finish_reason}],
     }
     if usage is not None:
         out["usage"] = usage

@@ -324,7 +324,10 @@ class LocalRuntime(Runtime):
         return self._stream(call)
 
     async def _stream(self, call: InferenceCall) -> AsyncIterator[dict[str, Any]]:
-        _params, handle, queue = await self._submit(call, stream=True)
+        """The answer as chunks; with ``logprobs: true`` every token's logprob arrives with the
+        last chunk (the text deltas are held back at stop-string and UTF-8 boundaries, so they
+        do not map onto tokens one to one)."""
+        params, handle, queue = await self._submit(call, stream=True)
         cid, created, model = new_completion_id(), int(time.time()), self.model_id
         try:
             yield chunk(completion_id=cid, model=model, created=created, delta={"role": "assistant", "content": ""})
@@ -343,9 +346,9 @@ class LocalRuntime(Runtime):
                         "completion_tokens": n,
                         "total_tokens": result.prompt_tokens + n,
                     }
-                    yield chunk(
-                        completion_id=cid, model=model, created=created, delta={}, finish_reason=result.finish_reason, usage=usage
-                    )
+                    lp = token_logprobs(self.tokenizer, result.token_ids, result.logprobs) if params.logprobs else None
+                    yield chunk(completion_id=cid, model=model, created=created, delta={},
+                                finish_reason=result.finish_reason, usage=usage, logprobs=lp)
                     return
         finally:
             handle.cancel()  # no-op when finished; stops decoding when the client went away

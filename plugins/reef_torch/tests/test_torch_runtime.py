@@ -112,6 +112,17 @@ async def test_logprobs_in_body_when_asked(runtime):
 
 
 @pytest.mark.asyncio
+async def test_logprobs_when_streamed_arrive_with_the_last_chunk(runtime):
+    c = call("hello", temperature=0, max_tokens=6, logprobs=True)
+    chunks = [ch async for ch in runtime.stream(c)]
+    streamed = [e for ch in chunks for e in ((ch["choices"][0]["logprobs"] or {}).get("content") or [])]
+    assert [e["logprob"] for e in streamed] == c.extras["logprobs"] and len(streamed) == 6
+    assert chunks[-1]["choices"][0]["logprobs"]["content"] == streamed
+    plain = [ch async for ch in runtime.stream(call("hello", temperature=0, max_tokens=6))]
+    assert all(ch["choices"][0]["logprobs"] is None for ch in plain)
+
+
+@pytest.mark.asyncio
 async def test_seed_makes_sampling_reproducible_even_inside_a_batch(runtime):
     async def sample(seed, text="hello"):
         c = call(text, temperature=1.0, top_p=0.95, seed=seed, max_tokens=16)
