@@ -162,3 +162,25 @@ def test_the_records_route_pages_by_bytes(tmp_path, order):
                 break
     assert [len(p) for p in pages] == [2, 2, 2]
     assert [rid for p in pages for rid in p] == (sent[::-1] if order == "newest" else sent)
+
+
+def test_the_reports_of_a_record_are_read_up_to_a_bound(store_url):
+    """Any reporter can quote one receipt in many large reports: a read of the record takes them
+    up to a byte bound (the database measures them first; one at least) and counts the rest."""
+    from reef_core.store import Report
+
+    store = RecordStore(store_url)
+    ids = _big(store, n=2)
+    for i in range(5):
+        store.add_report(Report(id=f"r{i}", scenario="big", score=0.0, feedback="f" * BODY, references=[ids[0]],
+                                body_hash=f"h{i}"))
+    store.add_report(Report(id="other", scenario="big", score=1.0, feedback="tiny", references=[ids[1]],
+                            body_hash="h"))
+    everything = store.reports_for_records(ids)
+    assert [r.id for r in everything[ids[0]]] == [f"r{i}" for i in range(5)]
+    reports, omitted = store.bounded_reports_for_records(ids, max_bytes=int(2.5 * BODY))
+    assert [r.id for r in reports[ids[0]]] == ["r0", "r1"] and omitted == {ids[0]: 3}
+    assert [r.id for r in reports[ids[1]]] == ["other"]  # every record shows at least one
+    reports, omitted = store.bounded_reports_for_records(ids, max_bytes=10)
+    assert [len(reports[i]) for i in ids] == [1, 1] and omitted == {ids[0]: 4}
+    assert store.bounded_reports_for_records(ids, max_bytes=10 * BODY)[1] == {}

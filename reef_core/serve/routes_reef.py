@@ -260,11 +260,15 @@ def _decode_cursor(cursor: str) -> tuple[int, bool]:
 
 
 def _with_reports(store: RecordStore, rows: list) -> list[dict[str, Any]]:
-    reports = store.reports_for_records([r.id for r in rows])
+    """The records as JSON, each with the reports quoting it, up to a page's bytes of reports in
+    all (``reports_omitted``: how many more quote it)."""
+    reports, omitted = store.bounded_reports_for_records([r.id for r in rows])
     out = []
     for r in rows:
         data = to_json(r)
         data["reports"] = [to_json(x) for x in reports.get(r.id, [])]
+        if omitted.get(r.id):
+            data["reports_omitted"] = omitted[r.id]
         out.append(data)
     return out
 

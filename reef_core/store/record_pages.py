@@ -53,6 +53,18 @@ def _body_bytes(dialect: str) -> Any:
     return reduce(operator.add, (one(name) for name in BODY_COLUMNS))
 
 
+def _report_bytes(dialect: str) -> Any:
+    """SQL: the bytes of a report's bodies (feedback, references, metadata) as stored."""
+    from .models import Report
+
+    def one(name: str) -> Any:
+        column = Report.__table__.c[name]
+        size = func.length(cast(column, LargeBinary)) if dialect == "sqlite" else func.octet_length(cast(column, Text))
+        return func.coalesce(size, 0)
+
+    return reduce(operator.add, (one(name) for name in ("feedback", "references", "metadata")))
+
+
 def _fit(sizes: list[Any], max_bytes: int) -> list[int]:
     """The seqs of the first rows whose bodies fit in ``max_bytes`` together (at least one)."""
     chosen: list[int] = []
@@ -145,6 +157,42 @@ class RecordPages:
         """The records of ``iter_record_pages``, one by one."""
         for page in self.iter_record_pages(scenario, **options):
             yield from page
+
+    def bounded_reports_for_records(self, record_ids: Iterable[str], max_bytes: int = PAGE_BYTES,
+                                    ) -> tuple[dict[str, list[Any]], dict[str, int]]:
+        """Reports quoting each of ``record_ids``, oldest first, as ``reports_for_records`` but at
+        most ``max_bytes`` of their bodies in all (the database measures them first; at least one
+        report a record), and how many were left out per record: any reporter can quote one receipt
+        in many large reports, and a read of the record must stay bounded."""
+        from .models import Report, ReportReference
+
+        ids = list(record_ids)
+        out: dict[str, list[Any]] = {i: [] for i in ids}
+        omitted: dict[str, int] = {}
+        if not ids:
+            return out, omitted
+        sizes_q = (select(ReportReference.record_id, Report.seq, _report_bytes(self.dialect))
+                   .join(Report, Report.id == ReportReference.report_id)
+                   .where(ReportReference.record_id.in_(ids)).order_by(Report.seq))
+        with self._read() as s:
+            sizes = list(s.exec(sizes_q).all())
+            chosen: set[tuple[str, int]] = set()
+            shown: set[str] = set()
+            total = 0
+            for record_id, seq, size in sizes:
+                if total + size <= max_bytes or record_id not in shown:
+                    chosen.add((record_id, seq))
+                    shown.add(record_id)
+                    total += size
+                else:
+                    omitted[record_id] = omitted.get(record_id, 0) + 1
+            seqs = sorted({seq for _, seq in chosen})
+            rows = list(s.exec(select(Report).where(Report.seq.in_(seqs)).order_by(Report.seq)).all()) if seqs else []
+        by_seq = {r.seq: r for r in rows}
+        for record_id, seq, _size in sizes:
+            if (record_id, seq) in chosen:
+                out[record_id].append(by_seq[seq])
+        return out, omitted
 
     def record_release_ids(self, record_ids: Iterable[str]) -> dict[str, str | None]:
         """{record id: the release that served it} of those of ``record_ids`` that are stored
