@@ -18,7 +18,7 @@ def records() -> None:
 @config_option
 @click.option("-s", "--scenario", help="Scenario (default: server.default_scenario).")
 @click.option("--status", type=click.Choice(["ok", "error", "incomplete"]))
-@click.option("-n", "--limit", default=20, show_default=True)
+@click.option("-n", "--limit", default=20, show_default=True, type=click.IntRange(min=1))
 @force_store_option
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
 @friendly

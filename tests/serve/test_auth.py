@@ -107,6 +107,12 @@ def test_metrics_admin_only(reef, token):
     assert _call(reef, token, "metrics", "a").status_code == expected
 
 
+def test_a_403_names_the_roles_the_route_takes_once(reef):
+    r = _call(reef, "tok-report", "metrics", "a")
+    assert r.status_code == 403
+    assert r.json()["error"]["message"] == "this token has role 'report'; this route needs 'admin'"
+
+
 def test_scenarios_list_limited_to_token(reef):
     names = {s["name"] for s in reef.client("tok-infer-a").get("/reef/scenarios").json()["scenarios"]}
     assert names == {"a"}
