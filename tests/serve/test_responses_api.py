@@ -361,3 +361,30 @@ def test_a_chain_past_the_body_limit_is_a_413(tmp_path, streamed):
         assert 2 <= len(sizes) and max(sizes) <= limit, sizes
         # a chain that starts over is served again
         assert c.post("/v1/responses", json={"model": "m", "input": "x" * 2000}).status_code == 200
+
+
+def test_an_answer_cut_by_max_output_tokens_ends_in_an_incomplete_item():
+    """As the Responses API answers: the response is ``incomplete`` and so is the item the cut
+    ended; the items before it are complete, streamed or not."""
+    from reef_core.serve.dialects.responses_api import ChatToResponsesStream, chat_to_responses
+
+    body = {"model": "m", "choices": [{"index": 0, "finish_reason": "length",
+                                       "message": {"role": "assistant", "content": "a long ans"}}]}
+    out = chat_to_responses(body, {"input": "x"}, "rec_1")
+    assert out["status"] == "incomplete" and out["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert [i["status"] for i in out["output"]] == ["incomplete"]
+    body["choices"][0]["finish_reason"] = "stop"
+    assert [i["status"] for i in chat_to_responses(body, {"input": "x"}, "rec_1")["output"]] == ["completed"]
+
+    stream = ChatToResponsesStream({"input": "x"}, "rec_2")
+    events = []
+    for delta, finish in (({"content": "some text"}, None),
+                          ({"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "f", "arguments": "{\"a"}}]},
+                           "length")):
+        events += stream.feed({"model": "m", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    events += stream.finish()
+    final = events[-1]
+    assert final["type"] == "response.incomplete"
+    assert [i["status"] for i in final["response"]["output"]] == ["completed", "incomplete"]
+    done = [e["item"]["status"] for e in events if e["type"] == "response.output_item.done"]
+    assert done == ["completed", "incomplete"]

@@ -299,6 +299,8 @@ def chat_to_responses(body: dict[str, Any], request: dict[str, Any], response_id
         fn = tc.get("function") or {}
         output.append(_call_item(str(tc.get("id") or f"call_{k}"), str(fn.get("name", "")),
                                  fn.get("arguments") or "{}", namespaces(request)))
+    if output and _INCOMPLETE.get(choice.get("finish_reason") or ""):
+        output[-1]["status"] = "incomplete"  # the item the cut (max_output_tokens) ended
     usage = responses_usage(body.get("usage")) if body.get("usage") else None
     return response_object(request, response_id, model=body.get("model", ""), created=int(time.time()),
                            status="completed", output=output, usage=usage,
@@ -335,7 +337,7 @@ class ChatToResponsesStream:
     def _response(self, status: str) -> dict[str, Any]:
         usage = responses_usage(self.usage) if status != "in_progress" else None
         return response_object(self.request, self.id, model=self.model, created=self.created, status=status,
-                               output=[i for i in self.items if i.get("status") == "completed"]
+                               output=[i for i in self.items if i.get("status") in ("completed", "incomplete")]
                                if status != "in_progress" else [], usage=usage, finish_reason=self.finish_reason)
 
     def _start(self) -> list[Event]:
@@ -343,12 +345,12 @@ class ChatToResponsesStream:
         return [self._ev("response.created", response=self._response("in_progress")),
                 self._ev("response.in_progress", response=self._response("in_progress"))]
 
-    def _close_text(self) -> list[Event]:
+    def _close_text(self, status: str = "completed") -> list[Event]:
         if self.text_index is None:
             return []
         idx, self.text_index = self.text_index, None
         item = self.items[idx]
-        item["status"] = "completed"
+        item["status"] = status
         part = item["content"][0]
         return [self._ev("response.output_text.done", item_id=item["id"], output_index=idx, content_index=0,
                          text=part["text"], logprobs=[]),
@@ -403,11 +405,13 @@ class ChatToResponsesStream:
 
     def finish(self) -> list[Event]:
         out = [] if self.started else self._start()
-        out += self._close_text()
+        # the item still being written when the answer was cut (max_output_tokens) is incomplete
+        cut = len(self.items) - 1 if _INCOMPLETE.get(self.finish_reason or "") else None
+        out += self._close_text("incomplete" if self.text_index == cut else "completed")
         for k in sorted(self.calls):
             idx = self.calls[k]
             item = self.items[idx]
-            item["status"] = "completed"
+            item["status"] = "incomplete" if idx == cut else "completed"
             item["arguments"] = item["arguments"] or "{}"
             out.append(self._ev("response.function_call_arguments.done", item_id=item["id"], output_index=idx,
                                 name=item["name"], arguments=item["arguments"]))
