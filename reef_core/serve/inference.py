@@ -376,6 +376,7 @@ class _StreamJob:
                     log.debug("closing the runtime stream failed", exc_info=True)
         finally:
             self.state.inflight -= 1
+            self.state.streaming.pop(self.ex.record_id, None)
 
 
 class _RecordedStream(StreamingResponse):
@@ -442,6 +443,7 @@ async def stream(state: ServeState, ex: Exchange) -> Response:
     """Answer a streamed request. Upstream errors before the first event are plain error answers."""
     call = make_call(state, ex)
     state.inflight += 1
+    state.streaming[ex.record_id] = ex.scenario
     try:
         batches = _open_stream(state, call)
         try:
@@ -450,6 +452,7 @@ async def stream(state: ServeState, ex: Exchange) -> Response:
             first = []
     except BaseException as exc:
         state.inflight -= 1
+        state.streaming.pop(ex.record_id, None)
         if isinstance(exc, Exception):
             return await _fail(state, ex, call, exc)
         cut = isinstance(exc, asyncio.CancelledError)

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import NotFoundError
+from ..errors import ConflictError, NotFoundError
 from ..store import Report, new_id, to_json
 from ..store.recordstore import RecordStore, ScenarioMismatch
 from ..types import StoredReport
@@ -137,6 +137,7 @@ async def post_report(request: Request, principal: Principal = Depends(require_r
     check_scenario(principal, scenario)
     state.scenarios.admit(scenario, register=False)  # receipts belong to a known scenario: never a new one
     report = _parse_report(await request.body(), state.max_json_depth)
+    _not_streaming(state, report.references, principal)
     content = {"score": report.score, "feedback": report.feedback, "references": report.references,
                "metadata": report.metadata}
     row = Report(id=report.report_id or new_id("rpt"), scenario=scenario, score=report.score,
@@ -154,6 +155,17 @@ async def post_report(request: Request, principal: Principal = Depends(require_r
         state.metrics.reports.labels(scenario).inc()
         state.reef.emit("report_stored", report=StoredReport.from_row(stored))
     return _report_out(stored)
+
+
+def _not_streaming(state: ServeState, receipts: list[str], principal: Principal) -> None:
+    """409 for a receipt whose stream this server is still answering: its record is stored when
+    the stream ends, so the client is told to retry then rather than that the receipt is unknown
+    (a receipt the token may not see reads as unknown, as everywhere)."""
+    for receipt in receipts:
+        scenario = state.streaming.get(receipt)
+        if scenario is not None and principal.allows(scenario):
+            raise ConflictError(f"receipt {receipt!r} is an answer still streaming; its record is stored when the "
+                                f"stream ends: retry then")
 
 
 # ---------------------------------------------------------------------------- read routes
@@ -335,6 +347,8 @@ async def get_record(record_id: str, request: Request,
     state: ServeState = request.app.state.serve
     store = state.reef.store
     row = await run_in_threadpool(store.get_record, record_id)
+    if row is None:
+        _not_streaming(state, [record_id], principal)
     if row is None or not principal.allows(row.scenario):
         # Outside the token's scenarios reads exactly like a receipt that does not exist.
         raise NotFoundError(f"no record with receipt {record_id!r}")

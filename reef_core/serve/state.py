@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..kernel import Reef
 from ..observe import ExperienceRecord
@@ -31,6 +31,9 @@ class ServeState:
     started: bool = False
     #: inference requests running now (streams until their record is queued)
     inflight: int = 0
+    #: {receipt: scenario} of the streams this process is answering: their receipts went out with
+    #: the headers, their records are stored when they end (a report quoting one meanwhile is told so)
+    streaming: dict[str, str] = field(default_factory=dict)
 
     def dead_workers(self) -> list[str]:
         """Background workers that died while serving (the record writer, the learning loop's

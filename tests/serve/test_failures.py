@@ -120,6 +120,28 @@ def test_a_client_that_leaves_a_non_streamed_answer_cancels_it(tmp_path):
         assert reef.client().post("/v1/chat/completions", json=CHAT).status_code == 200
 
 
+def test_a_receipt_still_streaming_is_a_409_to_retry_not_unknown(reefs, upstreams):
+    """A stream's receipt goes out with its headers; its record is stored when the stream ends.
+    A report or read quoting it meanwhile is told to retry then (409), not that it is unknown."""
+    up, reef = upstreams["openai"], reefs["openai"]
+    up.stall_stream(after_events=2)
+    with httpx.Client(base_url=reef.url, timeout=10) as c:
+        with c.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as r:
+            receipt = r.headers["x-reef-agent-record-id"]
+            chunks = r.iter_bytes()
+            next(chunks)
+            early = c.post("/reef/report", json={"score": 1.0, "references": [receipt]})
+            read = c.get(f"/reef/records/{receipt}")
+            up.release()
+            for _ in chunks:
+                pass
+        assert early.status_code == read.status_code == 409
+        assert "still streaming" in early.json()["error"]["message"]
+        reef.wait_record(receipt)
+        assert c.post("/reef/report", json={"score": 1.0, "references": [receipt]}).status_code == 200
+        assert c.post("/reef/report", json={"score": 1.0, "references": ["rec_unknown"]}).status_code == 404
+
+
 def test_upstream_timeout_is_502_and_server_keeps_serving(tmp_path):
     with FakeUpstream("openai") as up, ReefServer(tmp_path, upstream=up,
                                                   overrides=["runtime.timeout_s=0.3"]) as reef:
