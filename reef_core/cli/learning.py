@@ -148,10 +148,14 @@ def _grow_here(settings: Any, plugins: Any, scenario: str, *, force: bool) -> di
     consumed) when the runtime cannot answer as configured."""
     from rich.console import Console
 
-    from ..errors import ConfigError
+    from ..errors import ConfigError, NotFoundError
     from ..grow import RichProgress
+    from ..serve.scenarios import pinned_scenarios
 
     reef = local_kernel(settings, plugins, force=force, learning=True)
+    if scenario not in pinned_scenarios(settings) and scenario not in reef.store.scenario_names():
+        reef.close_unstarted()
+        raise NotFoundError(f"no scenario named {scenario!r}")  # as the server answers: a typo grows nothing
     problem = reef.runtime.config_problem()
     if problem:
         reef.close_unstarted()

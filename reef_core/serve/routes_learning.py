@@ -192,8 +192,10 @@ async def rollback(scenario: str, body: RollbackIn, request: Request,
 async def grow(scenario: str, request: Request,
                principal: Principal = Depends(require_role("admin"))) -> Response:
     """Run one growth step now and answer what it did: the candidate, its evaluation and
-    decision, the release it published, or why nothing happened. 409 while a step runs."""
+    decision, the release it published, or why nothing happened. 409 while a step runs; 404
+    for a scenario that does not exist (a typo grows nothing and registers nothing)."""
     _scenario(scenario, principal)
+    await run_in_threadpool(_known, request, scenario)
     result = await _learning(request).grow(scenario)
     data = result.to_dict()
     if result.outcome == "busy":

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ConflictError, NotFoundError
 from ..store import Report, new_id, to_json
+from ..store.record_pages import PAGE_BYTES
 from ..store.recordstore import RecordStore, ScenarioMismatch
 from ..types import StoredReport
 from . import jsonfast
@@ -271,10 +272,10 @@ def _decode_cursor(cursor: str) -> tuple[int, bool]:
     return seq, bool(direction)
 
 
-def _with_reports(store: RecordStore, rows: list) -> list[dict[str, Any]]:
-    """The records as JSON, each with the reports quoting it, up to a page's bytes of reports in
-    all (``reports_omitted``: how many more quote it)."""
-    reports, omitted = store.bounded_reports_for_records([r.id for r in rows])
+def _with_reports(store: RecordStore, rows: list, reports_bytes: int = PAGE_BYTES) -> list[dict[str, Any]]:
+    """The records as JSON, each with the reports quoting it, up to ``reports_bytes`` of reports
+    in all (``reports_omitted``: how many more quote it)."""
+    reports, omitted = store.bounded_reports_for_records([r.id for r in rows], reports_bytes)
     out = []
     for r in rows:
         data = to_json(r)
@@ -344,7 +345,13 @@ async def list_records(
 async def get_record(record_id: str, request: Request,
                      principal: Principal = Depends(require_role())) -> dict[str, Any]:
     """One record by its receipt, with the reports quoting it."""
-    state: ServeState = request.app.state.serve
+    return await read_record(request.app.state.serve, record_id, principal)
+
+
+async def read_record(state: ServeState, record_id: str, principal: Principal,
+                      reports_bytes: int = PAGE_BYTES) -> dict[str, Any]:
+    """The record ``record_id`` as JSON with up to ``reports_bytes`` of the reports quoting it
+    (the dashboard shows less than the API answers)."""
     store = state.reef.store
     row = await run_in_threadpool(store.get_record, record_id)
     if row is None:
@@ -352,4 +359,4 @@ async def get_record(record_id: str, request: Request,
     if row is None or not principal.allows(row.scenario):
         # Outside the token's scenarios reads exactly like a receipt that does not exist.
         raise NotFoundError(f"no record with receipt {record_id!r}")
-    return (await run_in_threadpool(_with_reports, store, [row]))[0]
+    return (await run_in_threadpool(_with_reports, store, [row], reports_bytes))[0]

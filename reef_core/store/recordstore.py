@@ -221,6 +221,32 @@ class RecordStore(RecordPages, ConsumptionStore, EpisodeStore, LeaseStore, ModeS
             out[record_id].append(report)
         return out
 
+    def records_with_report_score(self, record_ids: Iterable[str], lo: float | None, hi: float | None) -> set[str]:
+        """Those of ``record_ids`` quoted by a report scored within ``[lo, hi]`` (None: unbounded)."""
+        ids = [i for i in record_ids if storable(i)]
+        if not ids:
+            return set()
+        conditions = [ReportReference.record_id.in_(ids), Report.score.is_not(None)]
+        if lo is not None:
+            conditions.append(Report.score >= lo)
+        if hi is not None:
+            conditions.append(Report.score <= hi)
+        q = (select(ReportReference.record_id).distinct()
+             .join(Report, Report.id == ReportReference.report_id).where(*conditions))
+        with self._reader.connect() as conn:
+            return set(conn.execute(q).scalars())
+
+    def scored_report_points(self, scenario: str, *, limit: int) -> list[tuple[Any, float, str]]:
+        """``(created_at, score, first receipt)`` of ``scenario``'s newest ``limit`` reports with a
+        score, oldest first: three columns, no feedback or metadata read (the learning curve)."""
+        q = (select(Report.created_at, Report.score, ReportReference.record_id)
+             .join(ReportReference, and_(ReportReference.report_id == Report.id, ReportReference.position == 0))
+             .where(Report.scenario == scenario, Report.score.is_not(None))
+             .order_by(Report.seq.desc()).limit(limit))
+        with self._reader.connect() as conn:
+            rows = conn.execute(q).all()
+        return [(created, float(score), ref) for created, score, ref in reversed(rows)]
+
     def list_reports(self, scenario: str, *, after_seq: int | None = None, limit: int | None = None,
                      unconsumed_only: bool = False, pool: PoolRule | None = None,
                      newest_first: bool = False) -> list[Report]:

@@ -86,6 +86,7 @@ async def grow(scenario: str, request: Request, csrf: str = Form("", max_length=
     """Start a growth step now; the page follows its progress."""
     principal = admin_session(request, csrf).principal
     routes_learning._scenario(scenario, principal)
+    await run_in_threadpool(routes_learning._known, request, scenario)
     loop = routes_learning._learning(request)
     # refused up front (409, the API's message) in a mode that learns nothing
     await run_in_threadpool(loop.modes.check_can_learn, scenario)

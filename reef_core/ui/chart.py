@@ -18,6 +18,7 @@ under the chart too.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -26,6 +27,8 @@ from typing import Any
 from ..store.recordstore import RecordStore
 
 NO_RELEASE = "no release"
+#: the newest scored reports a curve is drawn from (each one three small columns)
+CURVE_REPORTS = 50_000
 
 WIDTH, HEIGHT = 860, 320
 LEFT, RIGHT, TOP, BOTTOM = 56, 20, 24, 44
@@ -100,21 +103,21 @@ def _floor(at: datetime, size: timedelta) -> datetime:
 def learning_curve(store: RecordStore, scenario: str, releases: list[Any]) -> Curve:
     """The curve of ``scenario`` (blocking: reads the store); ``releases`` as the release chain
     lists them (any order)."""
-    scored = [r for r in store.list_reports(scenario) if r.score is not None and r.references]
-    first_refs = {r.id: r.references[0] for r in scored}
-    served_by = store.record_release_ids(first_refs.values())  # two columns: no record bodies are read
+    # three columns of the newest CURVE_REPORTS scored reports: no feedback or metadata is read
+    scored = store.scored_report_points(scenario, limit=CURVE_REPORTS)
+    served_by = store.record_release_ids(ref for _, _, ref in scored)  # two columns: no record bodies are read
     labels = {r.release_id: f"#{r.sequence}" for r in releases}
     by_release: dict[str, list[tuple[datetime, float]]] = defaultdict(list)
-    for r in scored:
-        if first_refs[r.id] not in served_by:
+    for created_at, score, ref in scored:
+        if ref not in served_by:
             continue
-        by_release[served_by[first_refs[r.id]] or NO_RELEASE].append((_utc(r.created_at), float(r.score)))
+        by_release[served_by[ref] or NO_RELEASE].append((_utc(created_at), float(score)))
     curve = Curve(reports=sum(len(v) for v in by_release.values()))
     for release, items in by_release.items():
         times = [t for t, _ in items]
         curve.per_release.append(ReleasePoint(
             release=release, label=labels.get(release, release if release == NO_RELEASE else release[:12]),
-            mean=sum(s for _, s in items) / len(items), n=len(items), first=min(times), last=max(times)))
+            mean=_mean([s for _, s in items]), n=len(items), first=min(times), last=max(times)))
     curve.per_release.sort(key=lambda p: p.first)
     everything = sorted(item for items in by_release.values() for item in items)
     if everything:
@@ -122,7 +125,7 @@ def learning_curve(store: RecordStore, scenario: str, releases: list[Any]) -> Cu
         buckets: dict[datetime, list[float]] = defaultdict(list)
         for at, score in everything:
             buckets[_floor(at, size)].append(score)
-        curve.windows = [WindowPoint(start=k, mean=sum(v) / len(v), n=len(v)) for k, v in sorted(buckets.items())]
+        curve.windows = [WindowPoint(start=k, mean=_mean(v), n=len(v)) for k, v in sorted(buckets.items())]
     for r in sorted(releases, key=lambda r: r.sequence):
         ev = r.evaluation or {}
         curve.marks.append(Mark(release=r.release_id, label=f"#{r.sequence}", operation=r.operation,
@@ -131,8 +134,16 @@ def learning_curve(store: RecordStore, scenario: str, releases: list[Any]) -> Cu
     return curve
 
 
+def _mean(values: list[float]) -> float:
+    """The mean of finite scores, finite however large they are (a plain sum of two scores of
+    1e308 overflows: reports take any finite score)."""
+    n = len(values)
+    return sum(v / n for v in values)
+
+
 def _float(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    value = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return value if value is not None and math.isfinite(value) else None
 
 
 # ---------------------------------------------------------------------------- SVG
@@ -159,10 +170,13 @@ def svg(curve: Curve) -> dict[str, Any]:
     extra = LABEL_ROW_H * (max((lb["row"] for lb in labels if lb["row"] is not None), default=0))
     top, height = TOP + extra, HEIGHT + extra
 
-    def y(value: float) -> float:
-        return round(top + plot_h * (1 - (value - lo) / (hi - lo)), 2)
+    # halves: the span of scores near the float limits (1e308 and -1e308) does not overflow
+    half_span = hi / 2 - lo / 2
 
-    ticks = [lo + (hi - lo) * i / 4 for i in range(5)]
+    def y(value: float) -> float:
+        return round(top + plot_h * (1 - (value / 2 - lo / 2) / half_span), 2)
+
+    ticks = [lo * (1 - i / 4) + hi * (i / 4) for i in range(5)]
     return {
         "width": WIDTH, "height": height, "left": LEFT, "right": WIDTH - RIGHT, "top": top,
         "bottom": height - BOTTOM,

@@ -28,6 +28,10 @@ router = APIRouter(prefix="/ui", route_class=UiRoute, include_in_schema=False)
 
 #: scenarios per overview page (each row reads the scenario's state and counts its eligible experience)
 SCENARIOS_PER_PAGE = 50
+#: releases a scenario's page lists and marks on its curve (the newest)
+PAGE_RELEASES = 50
+#: bytes of reports a record's page shows (the API answers up to 16 MiB)
+PAGE_REPORT_BYTES = 1024 * 1024
 
 
 async def _last_candidate(request: Request, scenario: str, principal: Principal) -> dict[str, Any] | None:
@@ -60,7 +64,10 @@ async def scenario_page(scenario: str, request: Request) -> HTMLResponse:
     candidates = await routes_learning.list_candidates(scenario, request, status=None, limit=50, principal=principal)
     store = request.app.state.reef.store
     rows = await run_in_threadpool(store.list_releases, scenario)
-    curve = await run_in_threadpool(chart.learning_curve, store, scenario, rows)
+    # the newest releases: a scenario learning for months publishes thousands (`reef releases` lists all)
+    older = max(len(rows) - PAGE_RELEASES, 0)
+    chain = {**chain, "releases": chain["releases"][:PAGE_RELEASES], "older": older}
+    curve = await run_in_threadpool(chart.learning_curve, store, scenario, rows[:PAGE_RELEASES])
     return render(request, "scenario.html", s=detail, chain=chain, candidates=candidates["candidates"],
                   curve=curve, plot=None if curve.empty else chart.svg(curve), mode=scenario_mode(detail),
                   modes=LEARNING_MODES,
@@ -101,10 +108,10 @@ async def records_page(
         scenario, request, kind=None, status=status or None, session=session or None, since=None, until=None,
         order="newest", limit=50, cursor=cursor or None, principal=principal)
     records = page["records"]
-    if lo is not None or hi is not None:
-        records = [r for r in records if any(
-            x["score"] is not None and (lo is None or x["score"] >= lo) and (hi is None or x["score"] <= hi)
-            for x in r["reports"])]
+    if lo is not None or hi is not None:  # asked of the database: a record's reports shown may be a part of them
+        store = request.app.state.reef.store
+        matching = await run_in_threadpool(store.records_with_report_score, [r["id"] for r in records], lo, hi)
+        records = [r for r in records if r["id"] in matching]
     filters = {"session": session or "", "status": status or "", "min_score": min_score or "",
                "max_score": max_score or ""}
     return render(request, "records.html", scenario=scenario, records=records, filters=filters,
@@ -115,7 +122,7 @@ async def records_page(
 async def record_page(record_id: str, request: Request) -> HTMLResponse:
     """One record: request, answer, token counts, release and adapter, the reports quoting it."""
     principal = page_session(request).principal
-    record = await routes_reef.get_record(record_id, request, principal=principal)
+    record = await routes_reef.read_record(request.app.state.serve, record_id, principal, reports_bytes=PAGE_REPORT_BYTES)
     return render(request, "record.html", r=record, answer=summaries.answer_text(record.get("response")),
                   tokens=summaries.token_count(record))
 

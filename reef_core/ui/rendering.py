@@ -12,12 +12,13 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
-from fastapi import HTTPException, Request
+from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..errors import ConfigError, ConflictError, NotFoundError
@@ -79,7 +80,7 @@ class LoginRequired(Exception):
 def _status_of(exc: Exception) -> tuple[int, str] | None:
     if isinstance(exc, UiError):
         return exc.status, str(exc)
-    if isinstance(exc, HTTPException):
+    if isinstance(exc, StarletteHTTPException):  # FastAPI's and Starlette's own (a malformed form body)
         return exc.status_code, exc.detail if isinstance(exc.detail, str) else str(exc.detail)
     if isinstance(exc, ClientError):
         return exc.status, str(exc)
@@ -108,10 +109,12 @@ class UiRoute(APIRoute):
             except LoginRequired:
                 if request.method == "GET":
                     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-                    url = f"/ui/login?next={quote(target, safe='')}"
                     if request.headers.get("hx-request"):
+                        # a fragment's poll: back to the page it was polled from, not to the fragment
+                        target = _page_of(request.headers.get("hx-current-url"), request) or "/ui"
+                        url = f"/ui/login?next={quote(target, safe='')}"
                         return Response(status_code=200, headers={"HX-Redirect": url})
-                    return RedirectResponse(url, status_code=303)
+                    return RedirectResponse(f"/ui/login?next={quote(target, safe='')}", status_code=303)
                 return error_page(request, 401, "log in first: this server asks for a token")
             except Exception as exc:
                 found = _status_of(exc)
@@ -120,6 +123,19 @@ class UiRoute(APIRoute):
                 return error_page(request, *found)
 
         return route
+
+
+def _page_of(url: str | None, request: Request) -> str | None:
+    """The dashboard path (and query) of ``url``, an htmx request's ``HX-Current-URL``: only
+    this server's own ``/ui`` pages (the login form's ``next`` is checked again there)."""
+    if not url:
+        return None
+    parts = urlsplit(url)
+    if parts.netloc and parts.netloc != request.headers.get("host"):
+        return None
+    if not (parts.path == "/ui" or parts.path.startswith("/ui/")):
+        return None
+    return parts.path + (f"?{parts.query}" if parts.query else "")
 
 
 def page_session(request: Request) -> UiSession:

@@ -40,6 +40,25 @@ def test_svg_places_every_point_inside_the_plot():
     assert plot["marks"][1]["cand_y"] is None and plot["marks"][0]["cand_y"] < plot["marks"][0]["cur_y"]
 
 
+def test_scores_near_the_float_limits_draw_a_finite_chart(tmp_path):
+    """Reports take any finite score: means and the axis stay finite with 1.7e308 and -1.7e308."""
+    import math
+
+    from reef_core.store import Record, RecordStore, Report
+
+    store = RecordStore(f"sqlite:///{tmp_path / 'r.db'}")
+    store.add_records([Record(id="rec_1", scenario="s", request={})])
+    for i, score in enumerate((1.7e308, 1.7e308, -1.7e308)):
+        store.add_report(Report(id=f"r{i}", scenario="s", score=score, references=["rec_1"], body_hash=f"h{i}"))
+    curve = chart.learning_curve(store, "s", [])
+    assert curve.reports == 3 and math.isclose(curve.per_release[0].mean, 1.7e308 / 3)
+    plot = chart.svg(curve)
+    numbers = [p["y"] for p in plot["releases"]] + [w["y"] for w in plot["windows"]] + [t["y"] for t in plot["yticks"]]
+    assert all(math.isfinite(v) for v in numbers) and all("nan" not in t["label"] for t in plot["yticks"])
+    assert plot["yticks"][-1]["label"] == f"{1.7e308 / 3:.2f}" and plot["yticks"][0]["label"] == "0.00"
+    store.close()
+
+
 def _marks(t0: datetime, offsets_s: list[int], rollbacks: list[bool]) -> list[chart.Mark]:
     return [chart.Mark(f"rel_{i}", f"#{i + 1}", "rollback" if rb else "train", t0 + timedelta(seconds=s))
             for i, (s, rb) in enumerate(zip(offsets_s, rollbacks))]

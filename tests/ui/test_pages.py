@@ -324,3 +324,51 @@ def test_an_undecided_candidate_shows_as_its_own_status(tmp_path):
         assert page.select_one("#status").get_text() == "undecided" and "(decision: undecided)" in page.get_text()
     css = (Path(reef_core.ui.__file__).parent / "static" / "reef-ui.css").read_text()
     assert ".status.undecided" in css  # told apart from published and rejected at a glance
+
+
+def test_a_scenario_page_lists_the_newest_releases_and_says_how_many_more(learning_run, admin, monkeypatch):
+    from reef_core.ui import pages
+
+    monkeypatch.setattr(pages, "PAGE_RELEASES", 1)
+    page = soup(admin.get("/ui/scenarios/default"))
+    newest = learning_run.api().get("/reef/scenarios/default/releases").json()["releases"][0]["release_id"]
+    assert [tr["data-release"] for tr in page.select("#releases tbody tr")] == [newest]
+    assert page.select_one("#older-releases").get_text().startswith("2 older releases not shown")
+
+
+def test_dashboard_errors_are_pages_and_a_fragments_login_returns_to_its_page(learning_run, admin):
+    csrf = admin.csrf("/ui/scenarios/default")
+    broken = admin.post("/ui/scenarios/default/rollback", content=b"x",
+                        headers={"content-type": "multipart/form-data"})  # no boundary
+    assert broken.status_code == 400 and broken.headers["content-type"].startswith("text/html")
+    unknown = admin.post("/ui/scenarios/no-such/grow", data={"csrf": csrf})
+    assert unknown.status_code == 404 and "no scenario named 'no-such'" in text(unknown)
+    assert learning_run.api().post("/reef/scenarios/no-such/grow").status_code == 404
+
+    anon = Browser(learning_run.server.url, None)
+    page = f"{learning_run.server.url}/ui/scenarios/default?x=1"
+    poll = anon.get("/ui/scenarios/default/progress?watching=1", headers={"hx-request": "true", "hx-current-url": page})
+    assert poll.headers["hx-redirect"] == "/ui/login?next=%2Fui%2Fscenarios%2Fdefault%3Fx%3D1"
+    elsewhere = anon.get("/ui/scenarios/default/progress", headers={"hx-request": "true",
+                                                                   "hx-current-url": "https://evil.example/ui/x"})
+    assert elsewhere.headers["hx-redirect"] == "/ui/login?next=%2Fui"
+
+
+def test_a_record_page_says_how_many_reports_it_leaves_out_and_the_score_filter_sees_them(tmp_path, monkeypatch):
+    from reef_core.ui import pages
+
+    monkeypatch.setattr(pages, "PAGE_REPORT_BYTES", 1)  # one report a record
+    with FakeUpstream("openai") as up, ReefServer(tmp_path, upstream=up) as server:
+        api = server.client()
+        receipt = api.post("/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+                           ).headers["x-reef-agent-record-id"]
+        for score in (0.1, 0.2, 0.33):
+            assert api.post("/reef/report", json={"references": [receipt], "score": score}).status_code == 200
+        browser = Browser(server.url, None)
+        page = soup(browser.get(f"/ui/records/{receipt}"))
+        assert len(page.select("#reports tbody tr")) == 1
+        assert page.select_one("#reports-omitted").get_text().startswith("2 more reports quote it")
+        found = soup(browser.get("/ui/scenarios/default/records", params={"min_score": "0.32", "max_score": "0.34"}))
+        assert [tr["data-record"] for tr in found.select("#records tbody tr")] == [receipt]
+        none = soup(browser.get("/ui/scenarios/default/records", params={"min_score": "0.5"}))
+        assert none.select("#records tbody tr") == []
