@@ -33,6 +33,14 @@ _SECRET_KEY = re.compile(r"(token|api_key|apikey|password|secret|authorization)"
 _URL_USERINFO = re.compile(r"(?P<pre>[a-z][a-z0-9+.-]*://)(?P<userinfo>[^/\s?#]*)@", re.I)
 
 
+#: a URL's query parameter that carries a secret (``?password=``, ``&api_key=``, ``?sig=``), up to its value
+_URL_SECRET_PARAM = re.compile(
+    r"(?P<name>[?&;](?:[A-Za-z0-9_.-]*?(?:password|passwd|secret|token|api_?key|apikey)|key|sig|signature)=)"
+    r"[^&#;\s]*", re.I)
+#: ``user:password@`` without a ``scheme://`` before it (a mistyped URL, ``postgres//u:pw@h``)
+_LOOSE_USERINFO = re.compile(r"(?P<pre>^|[\s/])(?P<user>[^/\s@:]*):[^/\s@]+@")
+
+
 def _mask_userinfo(match: re.Match) -> str:
     """``user:secret@`` keeps the user; a lone ``token@`` or ``:token@`` is all secret."""
     user, sep, _ = match.group("userinfo").partition(":")
@@ -418,8 +426,19 @@ def mask_secrets(value: Any, key: str = "") -> Any:
     if isinstance(value, str):
         if _SECRET_KEY.search(key) and value:
             return "****"
-        return _URL_USERINFO.sub(_mask_userinfo, value)
+        return mask_url_text(value)
     return value
+
+
+def mask_url_text(text: str) -> str:
+    """``text`` with the passwords of the URLs in it masked: userinfo (``user:****@``), also
+    without a scheme, and secret query parameters (``?password=****``)."""
+    text = _URL_USERINFO.sub(_mask_userinfo, text)
+    if ":" in text and "@" in text:
+        text = _LOOSE_USERINFO.sub(lambda m: f"{m.group('pre')}{m.group('user')}:****@", text)
+    if "=" in text:
+        text = _URL_SECRET_PARAM.sub(lambda m: f"{m.group('name')}****", text)
+    return text
 
 
 def masked_yaml(cfg: DictConfig) -> str:

@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from .config import mask_url_text
 from .grow.explain import gate_needs
 
 #: free bytes in the state directory below which the check fails, and below which it warns
@@ -123,7 +124,7 @@ def _database(url: str) -> Check:
     from .store.migrate import alembic_config, current_revision
 
     url = normalize_url(url)
-    shown = make_url(url).render_as_string(hide_password=True)
+    shown = mask_url_text(make_url(url).render_as_string(hide_password=True))
     if url.startswith("sqlite"):
         path = make_url(url).database
         if path and path != ":memory:" and not Path(path).exists():

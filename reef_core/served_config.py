@@ -63,12 +63,24 @@ def record_composition(config_file: str | None, overrides: tuple[str, ...] | lis
     kept, complete = [], True
     for word in overrides:
         key, _, value = word.partition("=")
-        if is_secret_key(key.lstrip("+~")) or mask_secrets(value) != value:
+        if is_secret_key(key.lstrip("+~")) or mask_secrets(value) != value or _holds_secret(word):
             complete = False
             continue
         kept.append(word)
     _composition = {"cwd": os.getcwd(), "config_file": str(Path(config_file).resolve()) if config_file else None,
                     "overrides": kept, "complete": complete}
+
+
+def _holds_secret(word: str) -> bool:
+    """Whether an override's value is a mapping or list with a secret inside
+    (``recipe.proposer={url: …, api_key: …}``), read as Hydra reads it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        value = OverridesParser.create().parse_override(word).value()
+    except Exception:  # not an override Hydra reads: `reef serve` refuses it anyway
+        return False
+    return isinstance(value, (dict, list)) and mask_secrets(value) != value
 
 
 class ConfigMismatch(ConfigError):

@@ -199,3 +199,15 @@ def test_a_server_that_answers_other_json_is_one_line(monkeypatch):
     monkeypatch.setattr(remote, "_call", lambda *a, **k: (200, ["not", "an", "object"]))
     with pytest.raises(ServerError, match="answered without 'releases'"):
         remote.releases("default")
+
+
+def test_a_secret_inside_a_mapping_override_is_not_recorded():
+    words = ['recipe.proposer={url: "http://h/v1", model: m, api_key: SECRETPROPOSER}',
+             "+scenarios.x.recipe_options={proposer: {api_key: SECRETSCEN}}", "server.port=9000",
+             "recipe.proposer={url: http://h/v1, model: m}"]
+    served_config.record_composition(None, words)
+    try:
+        assert served_config._composition["overrides"] == words[2:]
+        assert served_config._composition["complete"] is False
+    finally:
+        served_config._composition = None

@@ -87,6 +87,11 @@ def test_masking_hides_every_secret(monkeypatch):
     ("http://tok@h/x?a=b@c", "http://****@h/x?a=b@c"),
     ("postgresql://reef:pw@db:5432/reef", "postgresql://reef:****@db:5432/reef"),
     ("http://h/v1", "http://h/v1"),
+    ("postgresql://h/db?password=pw&sslmode=require", "postgresql://h/db?password=****&sslmode=require"),
+    ("http://h/v1?api_key=k", "http://h/v1?api_key=****"),
+    ("http://h/v1?key=k&sig=s", "http://h/v1?key=****&sig=****"),
+    ("postgres//u:pw@h/db", "postgres//u:****@h/db"),  # no scheme://: mistyped, still a password
+    ("http://h/v1?max_tokens=5", "http://h/v1?max_tokens=5"),
 ])
 def test_url_credentials_are_masked_in_every_form(url, masked):
     assert mask_secrets({"url": url}) == {"url": masked}

@@ -91,7 +91,10 @@ def _request(method: str, url: str, *, headers: dict[str, str], attempts: int = 
             if attempt + 1 < attempts:
                 time.sleep(0.5 * 2 ** attempt)
                 continue
-            raise ServerUnreachable(f"cannot reach the Reef server at {url}: {type(exc).__name__}: {exc}") from None
+            from ..config import mask_url_text
+
+            raise ServerUnreachable(f"cannot reach the Reef server at {mask_url_text(url)}: {type(exc).__name__}: "
+                                    f"{mask_url_text(str(exc))}") from None
         if response.status_code >= 500 and attempt + 1 < attempts:
             time.sleep(0.5 * 2 ** attempt)
             continue
@@ -100,7 +103,9 @@ def _request(method: str, url: str, *, headers: dict[str, str], attempts: int = 
                 message = response.json()["error"]["message"]
             except (ValueError, KeyError, TypeError):
                 message = response.text[:300]
-            raise AgentError(f"the server answered {response.status_code} to {method} {url}: {message}")
+            from ..config import mask_url_text
+
+            raise AgentError(f"the server answered {response.status_code} to {method} {mask_url_text(url)}: {message}")
         return response
     raise AssertionError("unreachable")
 

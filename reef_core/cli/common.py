@@ -191,7 +191,7 @@ def say_via(server: Any, settings: Any, scenario: str) -> None:
     the server's applies; with none given the server's is the one used, nothing to note)."""
     from ..served_config import note_differences
 
-    click.echo(f"{scenario}: sent to the running server at {server.url}", err=True)
+    click.echo(f"{scenario}: sent to the running server at {server.shown_url}", err=True)
     if not getattr(server, "config_given", True) or not server.served:
         return
     note = note_differences(server.served, settings)

@@ -73,6 +73,13 @@ class RemoteReef:
         #: the state directory's record of it, when found through it
         self.served = served
 
+    @property
+    def shown_url(self) -> str:
+        """The URL for messages: a password in it masked."""
+        from ..config import mask_url_text
+
+        return mask_url_text(self.url)
+
     def _call(self, method: str, path: str, *, json: Any = None, read_timeout: float | None = 60,
               ok_statuses: tuple[int, ...] = ()) -> tuple[int, Any]:
         headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
@@ -81,15 +88,15 @@ class RemoteReef:
                               timeout=httpx.Timeout(10.0, read=read_timeout)) as client:
                 response = client.request(method, path, json=json)
         except httpx.HTTPError as exc:
-            raise ServerError(f"cannot reach the Reef server at {self.url} (from {self.found_by}): "
+            raise ServerError(f"cannot reach the Reef server at {self.shown_url} (from {self.found_by}): "
                               f"{type(exc).__name__}: {exc}", unreachable=True) from None
         if response.status_code >= 400 and response.status_code not in ok_statuses:
-            raise ServerError(f"the server at {self.url} answered {response.status_code}: {_message(response)}",
+            raise ServerError(f"the server at {self.shown_url} answered {response.status_code}: {_message(response)}",
                               status=response.status_code)
         try:
             return response.status_code, response.json()
         except ValueError:
-            raise ServerError(f"the server at {self.url} answered {response.status_code} with a body that is "
+            raise ServerError(f"the server at {self.shown_url} answered {response.status_code} with a body that is "
                               "not JSON; is it a Reef server?", status=None) from None
 
     @staticmethod
@@ -100,7 +107,7 @@ class RemoteReef:
         """``body`` when it is an object with ``keys``; else the server is not answering as Reef does."""
         missing = [k for k in keys if not isinstance(body, dict) or k not in body]
         if missing:
-            raise ServerError(f"the server at {self.url} answered without {', '.join(repr(k) for k in missing)}; "
+            raise ServerError(f"the server at {self.shown_url} answered without {', '.join(repr(k) for k in missing)}; "
                               "is it a Reef server (of this version)?")
         return body
 
@@ -110,7 +117,7 @@ class RemoteReef:
         status, body = self._call("POST", f"/reef/scenarios/{self._scenario(scenario)}/grow", read_timeout=None,
                                   ok_statuses=(409,))
         if status == 409 and not (isinstance(body, dict) and body.get("outcome") == "busy"):
-            raise ServerError(f"the server at {self.url} answered 409: {_message_of(body)}", status=409)
+            raise ServerError(f"the server at {self.shown_url} answered 409: {_message_of(body)}", status=409)
         return self._expect(body, "outcome")
 
     def rollback(self, scenario: str, target: str) -> dict[str, Any]:

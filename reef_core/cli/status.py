@@ -136,7 +136,7 @@ def status(config_file: str | None, only: tuple[str, ...], as_json: bool, url: s
     its last candidates (from the running server, else from the state directory)."""
     settings, plugins, server = load_with_server(overrides, config_file, url, token)
     if server is not None:
-        click.echo(f"status of the running server at {server.url}", err=True)
+        click.echo(f"status of the running server at {server.shown_url}", err=True)
         rows = _remote_status(server, list(only) or server.scenario_names())
     else:
         reef = local_kernel(settings, plugins, force=force, read_only=True, learning=True)
