@@ -219,3 +219,18 @@ def test_a_postgresql_store_without_its_driver_is_one_line_naming_the_extra(tmp_
     assert line.endswith("could not be opened: the database driver 'psycopg' is not installed: "
                          "pip install 'reef-core[postgres]'")
     assert "secret" not in line
+
+
+def test_a_port_in_use_stops_start_up_before_it_touches_the_state(tmp_path):
+    """One worker as several: the address is tried before the kernel starts, so the record of the
+    server already on the port (served-config.json) stays as it was."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        result = _serve(tmp_path, f"server.port={port}", "runtime.upstream_url=http://127.0.0.1:9/v1")
+    assert _one_error_line(result) == f"Error: cannot listen on 127.0.0.1:{port}: Address already in use"
+    assert not (tmp_path / "state").exists()
+    bad_host = _serve(tmp_path, "server.host=999.1.1.1", "auth.tokens=[{token: abcdefgh, role: admin}]",
+                      "runtime.upstream_url=http://127.0.0.1:9/v1")
+    assert _one_error_line(bad_host).startswith("Error: cannot listen on 999.1.1.1:")

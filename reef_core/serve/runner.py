@@ -80,11 +80,16 @@ def _serve(settings: Settings, plugins: Plugins, sock: socket.socket | None = No
     from .app import create_app
     from .edge import uvicorn_options
 
+    host, warning = effective_host(settings)
+    if sock is None and settings.server.port:
+        # the address is tried before start-up, which announces this server in the state directory
+        # (served-config.json) and may load a model for minutes: a port in use, or a host that is no
+        # address of this machine, stops it here in one line, the running server's record untouched
+        _listen(host, settings.server.port).close()
     reef = build_reef(settings, plugins)
     problem = reef.runtime.config_problem()
     if problem:
         raise ConfigError(problem)
-    host, warning = effective_host(settings)
     app = create_app(reef)
     # recorded in <state_dir>/served-config.json at start, where the CLI looks for a running server
     app.state.listen_url = connect_url(host, settings.server.port)
