@@ -360,6 +360,8 @@ def validate(cfg: DictConfig, plugins: Plugins | None = None, env: dict[str, str
     env = dict(os.environ if env is None else env)
     if env.get("REEF_TOKEN"):
         settings.auth.tokens.append(TokenSettings(token=env["REEF_TOKEN"], role="admin"))
+    _check_tokens(settings.auth.tokens, from_env=bool(env.get("REEF_TOKEN")))
+    _check_scenario_names(settings)
     parse_model_aliases(settings.runtime.get("model_aliases"))  # its shape; targets are checked at start
     from .plugins import check_options
 
@@ -386,6 +388,36 @@ def validate(cfg: DictConfig, plugins: Plugins | None = None, env: dict[str, str
         for f in sc.filters:
             plugins.get("record_filter", f)
     return settings
+
+
+def _check_tokens(tokens: list[TokenSettings], *, from_env: bool) -> None:
+    """A token given twice (REEF_TOKEN, ``from_env``, is the last) would take whichever role came
+    first, and one of blanks can never be presented: both refused, by position, never by value."""
+    seen: dict[str, int] = {}
+    for i, t in enumerate(tokens):
+        where = "REEF_TOKEN" if from_env and i == len(tokens) - 1 else f"auth.tokens.{i}"
+        if not t.token.strip() or t.token != t.token.strip():
+            raise ConfigError(f"{where}: a token cannot be blank or start or end with whitespace (a client sends "
+                              "it in an Authorization header, which drops it)")
+        if t.token in seen:
+            raise ConfigError(f"{where}: the same token as auth.tokens.{seen[t.token]}; one token has one role "
+                              "and one set of scenarios, so give each its own")
+        seen[t.token] = i
+
+
+def _check_scenario_names(settings: Settings) -> None:
+    """Every scenario the config names (the default, configured ones, tokens' lists) must be one
+    a request can name: the server would otherwise record under a name no route reaches."""
+    from .names import scenario_name_problem
+
+    named = [("server.default_scenario", settings.server.default_scenario)]
+    named += [(f"scenarios.{name}", name) for name in settings.scenarios]
+    named += [(f"auth.tokens.{i}.scenarios", name) for i, t in enumerate(settings.auth.tokens)
+              for name in t.scenarios or ()]
+    for where, name in named:
+        problem = scenario_name_problem(name)
+        if problem:
+            raise ConfigError(f"{where}: {problem}")
 
 
 def parse_model_aliases(raw: Any) -> dict[str, str]:

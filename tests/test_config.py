@@ -211,3 +211,27 @@ def test_a_word_without_equals_is_not_taken_for_hydra_grammar():
     with pytest.raises(ConfigError) as err:
         compose(["foo"])
     assert str(err.value) == "'foo' is not a config override: an override is KEY=VALUE (e.g. server.port=9000)"
+
+
+@pytest.mark.parametrize("overrides, where", [
+    (['server.default_scenario="a/b"'], "server.default_scenario"),
+    (["+scenarios={a/b: {mode: manual}}"], "scenarios.a/b"),
+    (["auth.tokens=[{token: abcdefgh, role: infer, scenarios: ['..']}]"], "auth.tokens.0.scenarios"),
+])
+def test_a_scenario_name_no_request_could_give_is_refused(overrides, where):
+    with pytest.raises(ConfigError, match="not a valid scenario name") as info:
+        load_settings(overrides)
+    assert str(info.value).startswith(f"{where}: ")
+
+
+def test_a_token_given_twice_or_blank_is_refused(monkeypatch):
+    twice = "auth.tokens=[{token: same-token, role: admin}, {token: same-token, role: infer}]"
+    with pytest.raises(ConfigError, match="auth.tokens.1: the same token as auth.tokens.0"):
+        load_settings([twice])
+    monkeypatch.setenv("REEF_TOKEN", "dup-token")
+    with pytest.raises(ConfigError, match="REEF_TOKEN: the same token as auth.tokens.0") as info:
+        load_settings(["auth.tokens=[{token: dup-token, role: infer}]"])
+    assert "dup-token" not in str(info.value)
+    monkeypatch.delenv("REEF_TOKEN")
+    with pytest.raises(ConfigError, match="auth.tokens.0: a token cannot be blank"):
+        load_settings(["auth.tokens=[{token: ' ', role: admin}]"])

@@ -202,7 +202,7 @@ def say_via(server: Any, settings: Any, scenario: str) -> None:
 def checked_scenario(scenario: str) -> str:
     """``scenario`` when it may name a scenario, else a usage error saying why (an empty
     ``-s "$UNSET"`` included: it must not fall back to the default scenario)."""
-    from ..serve.scenarios import scenario_name_problem
+    from ..names import scenario_name_problem
 
     problem = scenario_name_problem(scenario)
     if problem:
