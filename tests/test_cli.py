@@ -57,6 +57,19 @@ def test_records_list_show_export(tmp_path):
     assert rows[2]["reports"][0]["score"] == 0.0
 
 
+def test_records_commands_refuse_odd_arguments_in_one_line(tmp_path):
+    _seed(tmp_path)
+    runner = CliRunner()
+    over = [f"server.state_dir={tmp_path}"]
+    for args in (["list", "-n", "9223372036854775808"], ["list", "-n", "0"], ["list", "-s", ""], ["export", "-s", "a/b"]):
+        result = runner.invoke(main, ["records", *args, *over])
+        assert result.exit_code == 2 and "Traceback" not in result.output, (args, result.output)
+    stale = tmp_path / "old.jsonl"
+    stale.write_text('{"stale": true}\n')
+    emptied = runner.invoke(main, ["records", "export", "-s", "nobody", "-o", str(stale), *over])
+    assert emptied.exit_code == 0 and stale.read_text() == ""  # no record: an empty export, not the old lines
+
+
 def test_unknown_record_is_a_clean_error(tmp_path):
     _seed(tmp_path)
     result = CliRunner().invoke(main, ["records", "show", "nope", f"server.state_dir={tmp_path}"])

@@ -6,7 +6,10 @@ import json
 
 import click
 
-from .common import config_option, force_store_option, friendly, open_store
+from .common import checked_scenario, config_option, force_store_option, friendly, open_store
+
+#: the most records `reef records list` shows (SQLite takes a limit up to 2**63 - 1)
+MAX_LIST = 1_000_000
 
 
 @click.group()
@@ -18,14 +21,14 @@ def records() -> None:
 @config_option
 @click.option("-s", "--scenario", help="Scenario (default: server.default_scenario).")
 @click.option("--status", type=click.Choice(["ok", "error", "incomplete"]))
-@click.option("-n", "--limit", default=20, show_default=True, type=click.IntRange(min=1))
+@click.option("-n", "--limit", default=20, show_default=True, type=click.IntRange(min=1, max=MAX_LIST))
 @force_store_option
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
 @friendly
 def records_list(config_file, scenario, status, limit, force, overrides) -> None:
     """The newest records of a scenario, one per line."""
     store, settings = open_store(overrides, config_file, force)
-    scenario = scenario or settings.server.default_scenario
+    scenario = settings.server.default_scenario if scenario is None else checked_scenario(scenario)
     rows = store.list_records(scenario, status=status, limit=limit, newest_first=True, bodies=False)
     reports = store.reports_for_records([r.id for r in rows])
     for r in rows:
@@ -60,7 +63,8 @@ def records_show(config_file, force, record_id, overrides) -> None:
 @records.command("export", context_settings={"ignore_unknown_options": True})
 @config_option
 @click.option("-s", "--scenario", help="Scenario (default: server.default_scenario).")
-@click.option("-o", "--output", type=click.File("w"), default="-", help="File to write (default stdout).")
+@click.option("-o", "--output", type=click.File("w"), default="-",
+              help="File to write (default stdout); written, emptied, when there is no record.")
 @force_store_option
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
 @friendly
@@ -69,13 +73,14 @@ def records_export(config_file, scenario, output, force, overrides) -> None:
     from ..store import to_json
 
     store, settings = open_store(overrides, config_file, force)
-    scenario = scenario or settings.server.default_scenario
+    scenario = settings.server.default_scenario if scenario is None else checked_scenario(scenario)
     for rows in store.iter_record_pages(scenario):  # one page of bodies in memory at a time, not the scenario
         reports = store.reports_for_records([r.id for r in rows])
         for r in rows:
             data = to_json(r)
             data["reports"] = [to_json(x) for x in reports[r.id]]
             output.write(json.dumps(data, ensure_ascii=False) + "\n")
+    output.write("")  # the file is opened (lazily, once the store is) even for no record: no stale lines left
 
 
 COMMANDS = (records,)
