@@ -88,6 +88,24 @@ def _error_message(status: int, content: bytes) -> tuple[str, dict[str, Any] | N
     return f"upstream answered {status}", body if isinstance(body, dict) else None
 
 
+def _address_problem(url: str) -> str | None:
+    """What keeps ``url`` from being an address a request can go to (no host, a port out of
+    range, one that does not parse), or None: such a URL passes httpx's parser and fails every
+    request instead."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # ValueError past 65535
+    except ValueError:
+        return "does not parse (a port out of range, or a malformed host)"
+    if not parts.hostname:
+        return "names no host"
+    if port == 0:
+        return "has port 0"
+    return None
+
+
 class UpstreamRuntime(Runtime):
     """Forwards calls to an OpenAI- or Anthropic-compatible endpoint over pooled HTTP."""
 
@@ -104,6 +122,8 @@ class UpstreamRuntime(Runtime):
                 # Only the scheme is quoted: the rest of the URL may hold a password.
                 found = f"scheme {url.split('://', 1)[0][:16]!r}" if "://" in url else "no scheme"
                 problems.append(f"runtime.upstream_url must start with http:// or https:// (it has {found})")
+            elif (where := _address_problem(url)) is not None:
+                problems.append(f"runtime.upstream_url {where} (the URL is not shown: it may hold a password)")
             elif split_url_credentials(url)[1] and o["api_key"]:
                 problems.append("runtime.upstream_url carries credentials (user:password@) and runtime.api_key "
                                 "is set too; use one of them (URL credentials are sent as HTTP Basic auth)")
