@@ -15,6 +15,7 @@ Options (``conf/recipe/feedback_rules.yaml``, ``scenarios.<s>.recipe_options``):
 from __future__ import annotations
 
 import logging
+import math
 import re
 from typing import Any
 
@@ -92,9 +93,22 @@ class FeedbackRulesRecipe(Recipe):
             problems.append("batch_size must be 1 or more")
         if o["max_rules"] < 1 or o["max_rule_chars"] < 20:
             problems.append("max_rules must be 1 or more and max_rule_chars 20 or more")
+        max_score = o["max_score"]
+        if isinstance(max_score, float) and not math.isfinite(max_score):
+            problems.append("max_score must be a finite number (or null: every scored report), not "
+                            f"{max_score!r}: no score is ever at or below NaN, so nothing would be learnt")
         proposer = o["proposer"]
-        if isinstance(proposer, dict) and not proposer.get("url"):
-            problems.append("proposer needs a 'url' (an OpenAI-compatible endpoint) or the string 'runtime'")
+        if isinstance(proposer, dict):
+            if not proposer.get("url"):
+                problems.append("proposer needs a 'url' (an OpenAI-compatible endpoint) or the string 'runtime'")
+            elif not str(proposer["url"]).startswith(("http://", "https://")):
+                problems.append("proposer.url must start with http:// or https://")
+            unknown = set(proposer) - {"url", "model", "api_key", "timeout_s"}
+            if unknown:  # a typo (`modle`, `apikey`) would send model "default" without auth
+                problems.append(f"proposer takes url, model, api_key and timeout_s, not {', '.join(sorted(map(str, unknown)))}")
+            timeout = proposer.get("timeout_s", 60)
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+                problems.append(f"proposer.timeout_s must be a number of seconds above 0, not {timeout!r}")
         if isinstance(proposer, str) and proposer != "runtime":
             problems.append("proposer must be 'runtime' or {url, model, api_key, timeout_s}")
         return problems
