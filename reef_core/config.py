@@ -54,7 +54,7 @@ class _Strict(BaseModel):
 class ServerSettings(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(8900, ge=0, le=65535)
-    state_dir: str = ".reef"
+    state_dir: str = Field(".reef", min_length=1)
     default_scenario: str = Field("default", min_length=1)
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
     #: deepest nesting of objects and arrays accepted in a JSON body (anything stored must be
@@ -361,6 +361,8 @@ def validate(cfg: DictConfig, plugins: Plugins | None = None, env: dict[str, str
     if env.get("REEF_TOKEN"):
         settings.auth.tokens.append(TokenSettings(token=env["REEF_TOKEN"], role="admin"))
     _check_tokens(settings.auth.tokens, from_env=bool(env.get("REEF_TOKEN")))
+    if settings.state_dir.exists() and not settings.state_dir.is_dir():
+        raise ConfigError(f"server.state_dir {settings.state_dir} is a file, not a directory")
     _check_scenario_names(settings)
     parse_model_aliases(settings.runtime.get("model_aliases"))  # its shape; targets are checked at start
     from .plugins import check_options

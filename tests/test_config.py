@@ -235,3 +235,11 @@ def test_a_token_given_twice_or_blank_is_refused(monkeypatch):
     monkeypatch.delenv("REEF_TOKEN")
     with pytest.raises(ConfigError, match="auth.tokens.0: a token cannot be blank"):
         load_settings(["auth.tokens=[{token: ' ', role: admin}]"])
+
+
+def test_a_state_dir_that_is_a_file_or_empty_is_refused(tmp_path):
+    (tmp_path / "afile").write_text("hi")
+    with pytest.raises(ConfigError, match="is a file, not a directory"):
+        load_settings([f"server.state_dir={tmp_path / 'afile'}"])
+    with pytest.raises(ConfigError, match="server.state_dir"):
+        load_settings(["server.state_dir="])

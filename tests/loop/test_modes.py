@@ -242,8 +242,8 @@ def test_reef_mode_on_the_state_directory_refuses_what_the_server_refuses(tmp_pa
     for command in ("releases", "status", "lineage"):
         out = CliRunner().invoke(main, [command, "-c", str(cfg), f"server.state_dir={tmp_path / 'file'}",
                                         f"runtime.upstream_url={Down.url}"])
-        assert out.exit_code == 1 and out.output.startswith("Error: "), (command, out.output)
-        assert "Traceback" not in out.output and str(tmp_path / "file") in out.output
+        assert out.exit_code == 2 and out.output.startswith("Error: "), (command, out.output)
+        assert "Traceback" not in out.output and f"{tmp_path / 'file'} is a file, not a directory" in out.output
 
 
 def test_reef_mode_and_status_against_a_running_server(tmp_path):
