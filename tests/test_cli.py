@@ -68,6 +68,9 @@ def test_records_commands_refuse_odd_arguments_in_one_line(tmp_path):
     stale.write_text('{"stale": true}\n')
     emptied = runner.invoke(main, ["records", "export", "-s", "nobody", "-o", str(stale), *over])
     assert emptied.exit_code == 0 and stale.read_text() == ""  # no record: an empty export, not the old lines
+    typo = runner.invoke(main, ["records", "list", f"server.state_dir={tmp_path / 'typo'}"])
+    assert typo.exit_code == 1 and "no record store in" in typo.output
+    assert not (tmp_path / "typo").exists()  # a reader creates no store where none was
 
 
 def test_unknown_record_is_a_clean_error(tmp_path):

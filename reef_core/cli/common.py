@@ -153,10 +153,16 @@ def open_store(overrides: tuple[str, ...], config_file: str | None, force: bool 
     """The record store of the served config (or the one given); refused when the state
     directory was served with another one (reading it would show some other store's records,
     or an empty new one)."""
+    from ..errors import NotFoundError
     from ..served_config import check_given
 
-    settings, _plugins, _served = load_served(overrides, config_file)
+    settings, _plugins, served = load_served(overrides, config_file)
     check_given(settings, force=force, keys=("record_store",))
+    if served is None and settings.record_store_url == f"sqlite:///{settings.state_dir / 'reef.db'}" and \
+            not (settings.state_dir / "reef.db").exists():
+        # a reader must not create a store where none was (a mistyped state directory read as empty)
+        raise NotFoundError(f"no record store in {settings.state_dir}: nothing was served there "
+                            "(server.state_dir names the directory `reef serve` used)")
     return settings.open_record_store(), settings
 
 
