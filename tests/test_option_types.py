@@ -16,6 +16,9 @@ from reef_core.config import load_settings
 from reef_core.errors import ConfigError
 from reef_core.plugins import instantiate, load_plugins
 
+#: the smallest task list a task suite is built with
+ONE_TASK = "[{prompt: hi, expected: hello}]"
+
 # A third-party recipe written as plugin authors write them: postponed annotations, every
 # common option type, one hint that only exists for type checkers, one unannotated option.
 THIRD_PARTY = '''
@@ -136,16 +139,17 @@ def test_constructor_value_error_names_the_group(third_party):
 @pytest.mark.parametrize("overrides, key, expected", [
     (["recipe=feedback_rules", "evaluator=always", "recipe.batch_size=two"], "recipe.batch_size", "int"),
     (["recipe=feedback_rules", "evaluator=always", "recipe.max_score=high"], "recipe.max_score", "float | None"),
-    (["evaluator=threshold", "evaluator.tasks=[]", "evaluator.delta=x"], "evaluator.delta", "float"),
-    (["evaluator=task_suite", "evaluator.tasks=[]", "evaluator.repeats=[1]"], "evaluator.repeats", "int | Literal['auto']"),
+    (["evaluator=threshold", "evaluator.tasks=" + ONE_TASK, "evaluator.delta=x"], "evaluator.delta", "float"),
+    (["evaluator=task_suite", "evaluator.tasks=" + ONE_TASK, "evaluator.repeats=[1]"], "evaluator.repeats",
+     "int | Literal['auto']"),
     (["runtime.timeout_s=soon"], "runtime.timeout_s", "float"),
     (["+runtime.model_map.a=[1]"], "runtime.model_map", "dict[str, str] | None"),
     (["artifact_store.lfs_patterns=[1]"], "artifact_store.lfs_patterns", "list[str] | tuple[str, ...]"),
-    (["+scenarios.s.evaluator=threshold", "+scenarios.s.evaluator_options={tasks: [], margin: 1}"],
+    (["+scenarios.s.evaluator=threshold", "+scenarios.s.evaluator_options={tasks: " + ONE_TASK + ", margin: 1}"],
      "scenarios.s.evaluator_options.margin", None),  # threshold takes delta, not margin
-    (["+scenarios.s.evaluator=task_suite", "+scenarios.s.evaluator_options={tasks: [], margin: wide}"],
+    (["+scenarios.s.evaluator=task_suite", "+scenarios.s.evaluator_options={tasks: " + ONE_TASK + ", margin: wide}"],
      "scenarios.s.evaluator_options.margin", "float"),
-    (["evaluator=threshold", "evaluator.tasks=[]", "+scenarios.s.evaluator_options.delta=x"],
+    (["evaluator=threshold", "evaluator.tasks=" + ONE_TASK, "+scenarios.s.evaluator_options.delta=x"],
      "scenarios.s.evaluator_options.delta", "float"),
 ])
 def test_builtin_wrong_types_fail_on_the_cli_with_one_line(tmp_path, monkeypatch, overrides, key, expected):
@@ -175,12 +179,12 @@ def test_serve_refuses_a_wrong_type_before_starting(tmp_path):
 
 def test_builtin_valid_values_of_each_type_pass():
     settings = load_settings([
-        "recipe=feedback_rules", "evaluator=threshold", "evaluator.tasks=[]",
+        "recipe=feedback_rules", "evaluator=threshold", "evaluator.tasks=" + ONE_TASK,
         "recipe.batch_size=4", "recipe.max_score=1", "recipe.max_score=0.25",
         "recipe.proposer={url: 'http://127.0.0.1:1/v1', model: m}",
         "evaluator.delta=1", "+evaluator.params.temperature=0", "evaluator.model=null",
         "runtime.timeout_s=30", "+runtime.model_map.a=b", "artifact_store.lfs_patterns=['*.bin']",
-        "+scenarios.s.evaluator=task_suite", "+scenarios.s.evaluator_options={tasks: [], margin: 1}",
+        "+scenarios.s.evaluator=task_suite", "+scenarios.s.evaluator_options={tasks: " + ONE_TASK + ", margin: 1}",
     ], plugins=load_plugins(env={"REEF_PLUGINS": ""}))
     assert settings.recipe["max_score"] == 0.25
     assert settings.scenarios["s"].evaluator_options["margin"] == 1

@@ -43,6 +43,7 @@ from ..commit.tasks import (
 )
 from ..commit.traffic import traffic_tasks
 from ..contracts import Evaluator, refuse_bad_options
+from ..errors import ConfigError
 from ..hookspecs import hookimpl
 from ..types import ActiveRelease, Candidate, Decision, Evaluation, Outcome
 
@@ -132,6 +133,16 @@ class TaskSuiteEvaluator(Evaluator):
         traffic = o.get("traffic_tasks", 0)
         if not isinstance(traffic, int) or isinstance(traffic, bool) or traffic < 0:
             problems.append("traffic_tasks must be 0 or more")
+        elif o.get("tasks") or not traffic:
+            # the tasks as the build reads them (a file, each task's grader and pattern): what
+            # `reef serve` would refuse, `reef config` refuses
+            from ..plugins import get_plugins
+
+            graders = {**BUILTIN_GRADERS, **{n: r.obj for n, r in get_plugins().registry.get("grader", {}).items()}}
+            try:
+                load_tasks(o.get("tasks") or [], o.get("grader", "contains"), graders)
+            except ConfigError as exc:
+                problems.append(str(exc) + ("" if o.get("tasks") else " or traffic_tasks above 0"))
         return problems
 
     # ------------------------------------------------------------------ the design

@@ -134,6 +134,12 @@ class UpstreamRuntime(Runtime):
             problems.append("runtime.timeout_s and runtime.connect_timeout_s must be above 0 (seconds)")
         if o["max_connections"] < 1 or o["default_max_tokens"] < 1:
             problems.append("runtime.max_connections and runtime.default_max_tokens must be 1 or more")
+        tls = {k: o.get(f"upstream_{k}") for k in ("ca_bundle", "client_cert", "client_key", "client_key_password")}
+        if any(tls.values()) or o.get("upstream_verify") is False:
+            try:  # the files read as the runtime will read them (a missing CA bundle, a key without its cert)
+                client_ssl_context(**tls, verify=bool(o.get("upstream_verify", True)))
+            except ValueError as exc:
+                problems.append(str(exc))
         transport = o["http_transport"]
         if transport not in ("auto", "http1", "aiohttp", "httpx"):
             problems.append(f"runtime.http_transport must be auto, http1, aiohttp or httpx, not {transport!r}")
