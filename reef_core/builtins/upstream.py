@@ -123,7 +123,8 @@ class UpstreamRuntime(Runtime):
                 found = f"scheme {url.split('://', 1)[0][:16]!r}" if "://" in url else "no scheme"
                 problems.append(f"runtime.upstream_url must start with http:// or https:// (it has {found})")
             elif (where := _address_problem(url)) is not None:
-                problems.append(f"runtime.upstream_url {where} (the URL is not shown: it may hold a password)")
+                problems.append(f"runtime.upstream_url is not a valid URL: it {where} (not shown here: it may "
+                                "contain credentials)")
             elif split_url_credentials(url)[1] and o["api_key"]:
                 problems.append("runtime.upstream_url carries credentials (user:password@) and runtime.api_key "
                                 "is set too; use one of them (URL credentials are sent as HTTP Basic auth)")
