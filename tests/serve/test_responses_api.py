@@ -169,6 +169,7 @@ def shared(tmp_path_factory):
     ({}, "input", "required"),
     ({"input": "x", "max_output_tokens": 0}, "max_output_tokens", "positive"),
     ({"input": "x", "top_logprobs": 5}, "top_logprobs", "returns no logprobs here"),
+    ({"input": [{"role": "user", "content": [{"type": "input_text"}]}]}, "input.0.content.0.text", "needs its 'text'"),
 ])
 def test_bad_requests_are_openai_shaped_400s(shared, body, param, words):
     up, reef = shared

@@ -79,7 +79,7 @@ def parse_chat_request(body: dict[str, Any]) -> ChatParams:
     normalized = [_message(m, i) for i, m in enumerate(messages)]
 
     n = body.get("n")
-    if n is not None and n != 1:
+    if n is not None and (isinstance(n, bool) or n != 1):
         raise invalid(
             f"The local runtime returns one choice per request; 'n' must be 1, got {n!r}. Send n separate requests instead.", "n"
         )

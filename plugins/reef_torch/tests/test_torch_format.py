@@ -43,6 +43,7 @@ def test_what_does_not_bind_the_answer_passes():
     "extra, param",
     [
         ({"n": 2}, "n"),
+        ({"n": True}, "n"),
         ({"temperature": 3}, "temperature"),
         ({"temperature": True}, "temperature"),
         ({"top_p": 1.5}, "top_p"),

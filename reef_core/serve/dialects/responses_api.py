@@ -57,7 +57,10 @@ def _parts(content: Any, where: str, param: str) -> list[dict[str, Any]]:
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
         if kind in ("input_text", "output_text", "text", "summary_text"):
-            out.append({"type": "text", "text": str(part.get("text", ""))})
+            if not isinstance(part.get("text"), str):  # OpenAI requires it: not an empty message in its place
+                raise ClientError(f"{where}.content[{j}]: a {kind} part needs its 'text' (a string)",
+                                  param=f"{param}.content.{j}.text")
+            out.append({"type": "text", "text": part["text"]})
         elif kind == "refusal":
             out.append({"type": "text", "text": str(part.get("refusal", ""))})
         elif kind == "input_image" and isinstance(part.get("image_url"), str):
