@@ -115,9 +115,28 @@ def upstream_error_response(dialect: str, runtime_dialect: str, exc: RuntimeCall
     status = exc.status if 400 <= exc.status <= 599 else 502
     body = exc.body
     if _same_error_shape(dialect, runtime_dialect) and isinstance(body, dict) and isinstance(body.get("error"), dict):
+        if dialect == "responses" and runtime_dialect == "openai":
+            body = _responses_param(body)
         return Response(jsonfast.dumps(body), status_code=status, media_type="application/json",
                         headers=headers)
     return error_response(dialect, status, str(exc), headers=headers)
+
+
+#: Chat Completions fields an error names, as the Responses request a client sent names them
+_RESPONSES_PARAMS = {"messages": "input", "max_tokens": "max_output_tokens", "max_completion_tokens": "max_output_tokens",
+                     "response_format": "text.format"}
+
+
+def _responses_param(body: dict) -> dict:
+    """A chat runtime's error for a Responses client, its ``param`` named as the client's request
+    names it (``messages[0].content`` → ``input``): the client never sent ``messages``."""
+    param = body["error"].get("param")
+    if not isinstance(param, str):
+        return body
+    head = param.split("[", 1)[0].split(".", 1)[0]
+    if head not in _RESPONSES_PARAMS:
+        return body
+    return {**body, "error": {**body["error"], "param": _RESPONSES_PARAMS[head]}}
 
 
 def disk_full(exc: BaseException) -> bool:
