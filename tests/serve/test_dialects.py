@@ -151,6 +151,10 @@ def test_stream_anthropic_to_openai_and_back():
                                {"type": "tool_use", "id": "t", "name": "f", "input": {"x": 1}}]
     assert back["stop_reason"] == "tool_use"
     assert back["usage"]["output_tokens"] == 7 and back["usage"]["input_tokens"] == 5
+    cut = StreamAssembler("anthropic")  # the same stream cut before its message_delta: no count, not 0 and 0
+    for e in events[:3]:
+        cut.add(e)
+    assert events[0]["message"]["usage"]["input_tokens"] == 0 and "usage" not in cut.result()
 
 
 def test_stream_errors_and_partial_assembly():

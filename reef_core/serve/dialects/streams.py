@@ -302,4 +302,9 @@ class StreamAssembler:
                     block["input"] = {"partial_json": raw}
             content.append(block)
         msg["content"] = content
+        usage = msg.get("usage")
+        if isinstance(usage, dict) and not any(usage.get(k) for k in ("input_tokens", "output_tokens")):
+            # a stream cut before its message_delta, translated from Chat Completions: message_start
+            # says 0 and 0 (the count comes at the end), which is no count at all; a record says none
+            del msg["usage"]
         return msg
