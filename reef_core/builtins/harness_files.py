@@ -19,10 +19,15 @@ script carries every file inline (no callback to the server, no token), and:
 3. refuses to overwrite a file changed since the last install (or present but not
    installed by it) unless ``REEF_HARNESS_FORCE=1`` — a file that already holds what this
    release installs is not a change;
-4. installs each file atomically (temp file + rename), removes files the previous
-   release had and this one does not, records the manifest (``sha256sum -c`` format) and
-   ``.reef-harness-release`` (``.reef-harness-<adapter>-release``), and verifies DEST
-   against the checksums.
+4. refuses, before writing anything, a directory where the release writes a file or a
+   file where it needs a directory (unless the previous release installed that file and
+   this one drops it);
+5. removes files the previous release had and this one does not, installs each file
+   atomically (a short temporary name beside it, then a rename), the files that name the
+   release to the server (an agent's settings) last, verifies DEST against the checksums,
+   and only then records the manifest (``sha256sum -c`` format) and
+   ``.reef-harness-release`` (``.reef-harness-<adapter>-release``): an install that fails
+   part-way is never recorded as complete.
 
 Checksums use ``sha256sum``, ``shasum -a 256`` or ``openssl``, whichever exists.
 """
@@ -165,17 +170,42 @@ $SUMS
 REEF_SUMS
 fi
 
-# 4. install, prune, record, verify
-mkdir -p "$DEST" || fail "cannot create $DEST"
+# 4. the shape of DEST: a directory where this release writes a file, or a file where it needs a
+#    directory, is refused before anything is written, unless that file is one the previous
+#    release installed and this one drops (removed now, so its directory can be made)
 while read -r sum path; do
   [ -n "$path" ] || continue
-  mkdir -p "$(dirname "$DEST/$path")"
-  # rm first: cp would follow a symbolic link planted at the temporary name
-  rm -f "$DEST/$path.reef-tmp" && cp "$STAGE/$path" "$DEST/$path.reef-tmp" \
-    && mv -f "$DEST/$path.reef-tmp" "$DEST/$path" || fail "cannot write $DEST/$path"
+  [ -d "$DEST/$path" ] && fail "$DEST/$path is a directory where this release installs a file; move it away \
+and re-run (nothing was changed)"
+  _rest=${path%/*}
+  [ "$_rest" != "$path" ] || continue
+  _at=$DEST
+  while :; do
+    _part=${_rest%%/*}
+    _at=$_at/$_part
+    if [ -e "$_at" ] && [ ! -d "$_at" ]; then
+      case "
+$OLD
+" in *"  ${_at#"$DEST"/}
+"*) case "
+$SUMS
+" in *"  ${_at#"$DEST"/}
+"*) ;; *) continue 2 ;; esac ;; esac
+      fail "$_at is a file where this release needs a directory; move it away and re-run (nothing was changed)"
+    fi
+    [ "$_rest" != "$_part" ] || break
+    _rest=${_rest#*/}
+  done
 done <<REEF_SUMS
 $SUMS
 REEF_SUMS
+
+# 5. prune, install, verify, record. Files the previous release had and this one drops go first
+#    (one may be where this release needs a directory). Files that name the release to the
+#    server (an agent's settings carrying x-reef-installed-release) are written last: until
+#    they are, the server goes on adding the harness to requests. The records (manifest,
+#    release) are written only once every file checks: an install that fails part-way is not
+#    taken for a complete one, and the next install or update runs again.
 while read -r sum path; do
   [ -n "$path" ] || continue
   case "
@@ -186,18 +216,42 @@ $SUMS
 done <<REEF_SUMS
 $OLD
 REEF_SUMS
-# written beside and renamed into place, so a symbolic link at either name is replaced, not followed
-rm -f "$DEST/@MANIFEST@.reef-tmp" "$DEST/@SIDECAR@.reef-tmp"
-printf '%s\n' "$SUMS" > "$DEST/@MANIFEST@.reef-tmp" &&
-  mv -f "$DEST/@MANIFEST@.reef-tmp" "$DEST/@MANIFEST@"
-printf 'release_id=%s\ncontent_hash=%s\nscenario=%s\n' "$RELEASE" "$CONTENT" "$SCENARIO" \
-  > "$DEST/@SIDECAR@.reef-tmp" && mv -f "$DEST/@SIDECAR@.reef-tmp" "$DEST/@SIDECAR@"
+mkdir -p "$DEST" || fail "cannot create $DEST"
+put() {
+  _dir=$(dirname "$DEST/$1")
+  mkdir -p "$_dir" || fail "cannot create $_dir"
+  # a short name of its own beside the target (a long file name plus a suffix may not fit);
+  # rm first: cp would follow a symbolic link planted at that name
+  _tmp=$_dir/.reef-tmp.$$
+  rm -f "$_tmp" && cp "$STAGE/$1" "$_tmp" && mv -f "$_tmp" "$DEST/$1" \
+    || { rm -f "$_tmp"; fail "cannot write $DEST/$1 (the install is incomplete: re-run it)"; }
+}
+for _pass in files settings; do
+  while read -r sum path; do
+    [ -n "$path" ] || continue
+    if grep -q 'x-reef-installed-release' "$STAGE/$path" 2>/dev/null; then
+      [ "$_pass" = settings ] || continue
+    else
+      [ "$_pass" = files ] || continue
+    fi
+    put "$path"
+  done <<REEF_SUMS
+$SUMS
+REEF_SUMS
+done
 while read -r sum path; do
   [ -n "$path" ] || continue
-  [ "$(sha "$DEST/$path")" = "$sum" ] || fail "verification failed for $DEST/$path after installing"
+  [ "$(sha "$DEST/$path")" = "$sum" ] || fail "verification failed for $DEST/$path after installing (the install \
+is incomplete: re-run it)"
 done <<REEF_SUMS
 $SUMS
 REEF_SUMS
+# written beside and renamed into place, so a symbolic link at either name is replaced, not followed
+rm -f "$DEST/@MANIFEST@.reef-tmp" "$DEST/@SIDECAR@.reef-tmp"
+printf '%s\n' "$SUMS" > "$DEST/@MANIFEST@.reef-tmp" &&
+  mv -f "$DEST/@MANIFEST@.reef-tmp" "$DEST/@MANIFEST@" || fail "cannot write $DEST/@MANIFEST@"
+printf 'release_id=%s\ncontent_hash=%s\nscenario=%s\n' "$RELEASE" "$CONTENT" "$SCENARIO" \
+  > "$DEST/@SIDECAR@.reef-tmp" && mv -f "$DEST/@SIDECAR@.reef-tmp" "$DEST/@SIDECAR@" || fail "cannot write $DEST/@SIDECAR@"
 printf 'reef-harness: installed release %s into %s\n' "$RELEASE" "$DEST"
 """
 
@@ -221,6 +275,10 @@ def _write_file(path: str, data: bytes) -> list[str]:
         chunk = "".join(chr(b) if b in _SAFE else f"\\{b:03o}" for b in data[i:i + 64])
         lines.append(f"printf '{chunk}' >> {target}")
     return lines
+
+
+#: the last line of every installer
+INSTALLER_END = "# end of the Reef harness installer"
 
 
 class FilesAdapter(HarnessAdapter):
@@ -272,7 +330,8 @@ class FilesAdapter(HarnessAdapter):
         config_dirs = "|".join(f"{d}/*" for d in self.config_dirs) or "/"
         out.append(_INSTALL.replace("@NAME_CHARS@", _NAME_CHARS).replace("@CONFIG_DIRS@", config_dirs)
                    .replace("@MANIFEST@", self.manifest).replace("@SIDECAR@", self.sidecar))
-        return "\n".join(out)
+        out.append(INSTALLER_END)  # a body cut short lacks it: `reef agent install` runs only a whole one
+        return "\n".join(out) + "\n"
 
 
 @hookimpl

@@ -122,8 +122,28 @@ def installed(directory: Path, name: str) -> dict[str, str]:
     path = directory / sidecar(name)
     if not path.is_file():
         return {}
-    pairs = (line.partition("=") for line in path.read_text(encoding="utf-8").splitlines())
+    pairs = (line.partition("=") for line in path.read_text(encoding="utf-8", errors="replace").splitlines())
     return {k: v for k, _, v in pairs if k}
+
+
+def files_intact(directory: Path, name: str) -> bool:
+    """Whether every file agent ``name``'s manifest lists is in ``directory`` with its checksum
+    (an update that trusts the release record alone said "already current" over deleted files)."""
+    manifest = directory / f".reef-harness-{name}.sha256"
+    try:
+        lines = manifest.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return False
+    for line in lines:
+        digest, sep, rel = line.partition("  ")
+        if not sep:
+            continue
+        try:
+            if hashlib.sha256((directory / rel).read_bytes()).hexdigest() != digest:
+                return False
+        except OSError:
+            return False
+    return True
 
 
 def _adapters() -> dict[str, Any]:
@@ -157,7 +177,8 @@ def adopt_legacy_records(name: str, directory: Path) -> bool:
     manifest, release = (directory / n for n in LEGACY_RECORDS)
     if not manifest.is_file() or (directory / f".reef-harness-{name}.sha256").exists():
         return False
-    paths = [line.split("  ", 1)[1] for line in manifest.read_text(encoding="utf-8").splitlines() if "  " in line]
+    text = manifest.read_text(encoding="utf-8", errors="replace")
+    paths = [line.split("  ", 1)[1] for line in text.splitlines() if "  " in line]
     owners = {owner for path in paths for prefix, owner in _LEGACY_OWNER
               if path == prefix or (prefix.endswith("/") and path.startswith(prefix))}
     if owners != {name}:
@@ -175,7 +196,13 @@ def install(name: str, directory: Path, *, url: str, scenario: str | None) -> st
         adopt_legacy_records(name, directory)
     response = _request("GET", f"{url}/reef/harness/install", params={"adapter": name},
                         headers=_headers(scenario), attempts=3)
-    with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False) as f:
+    from ..builtins.harness_files import INSTALLER_END
+
+    if not response.text.rstrip().endswith(INSTALLER_END):
+        # a body cut short (a proxy closing without a length) or not an installer at all: never run
+        raise AgentError(f"the server's answer is not a whole Reef installer (it does not end with {INSTALLER_END!r});"
+                         " nothing was run; retry, or check --url")
+    with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False, encoding="utf-8") as f:
         f.write(response.text)
     try:
         done = subprocess.run(["sh", f.name, str(directory)], capture_output=True, text=True)
@@ -227,6 +254,8 @@ def run(name: str, directory: Path, args: list[str], *, url: str, scenario: str 
     if not have:
         raise AgentError(f"{name} is not installed in {directory}: run `reef agent install {name} {directory}` first")
     scenario = scenario or have.get("scenario")
+    if not scenario:
+        raise AgentError(f"{directory / sidecar(name)} names no scenario: pass -s SCENARIO (or re-install)")
     session = f"{name}-{uuid.uuid4().hex[:16]}"
     # PWD too: opencode takes its project directory from $PWD, not from the process's cwd
     env = {**os.environ, "REEF_SESSION": session, "REEF_TOKEN": os.environ.get("REEF_TOKEN") or "none",
@@ -235,22 +264,35 @@ def run(name: str, directory: Path, args: list[str], *, url: str, scenario: str 
         env.setdefault("CODEX_HOME", str((directory / ".codex").resolve()))
     release_id = have.get("release_id") if have.get("release_id") != NO_RELEASE else None
     command = _agent_command(name, binary or agent_binary(cls.binary), scenario, session, args, release_id)
+    run_info: dict[str, Any] = {"agent": name, "directory": str(directory.resolve()), "url": url, "scenario": scenario,
+                                "session": session, "exit_code": None, "receipts": None}
+    # this run is the last one from now on: a report after a failed receipt lookup must not land on the one before
+    _save_run(directory, run_info)
     try:
         code = subprocess.call(command, cwd=directory, env=env)
     except FileNotFoundError:
         raise AgentError(f"{command[0]!r} is not installed: not on PATH nor in {AGENT_CLI_DIR}/node_modules/.bin "
                          "(scripts/agent-clis.sh installs the pinned CLIs there; --bin names another)") from None
-    page = _request("GET", f"{url}/reef/scenarios/{quote(scenario, safe='')}/records",
-                    params={"session": session, "order": "oldest", "limit": 500},
-                    headers=_headers(scenario), attempts=3).json()
-    run_info = {"agent": name, "directory": str(directory.resolve()), "url": url, "scenario": scenario,
-                "session": session, "exit_code": code, "receipts": [r["id"] for r in page["records"]]}
+    run_info["exit_code"] = code
+    _save_run(directory, run_info)
+    run_info["receipts"] = _session_receipts(url, scenario, session)
+    _save_run(directory, run_info)
+    return run_info
+
+
+def _save_run(directory: Path, run_info: dict[str, Any]) -> None:
     state = _state_file(directory)
     state.parent.mkdir(parents=True, exist_ok=True)
     tmp = state.with_suffix(".tmp")
     tmp.write_text(json.dumps(run_info, indent=2), encoding="utf-8")
     tmp.replace(state)
-    return run_info
+
+
+def _session_receipts(url: str, scenario: str, session: str) -> list[str]:
+    page = _request("GET", f"{url}/reef/scenarios/{quote(scenario, safe='')}/records",
+                    params={"session": session, "order": "oldest", "limit": 500},
+                    headers=_headers(scenario), attempts=3).json()
+    return [r["id"] for r in page["records"]]
 
 
 def report(directory: Path, *, score: float | None, feedback: str | None, url: str | None) -> dict[str, Any]:
@@ -259,6 +301,9 @@ def report(directory: Path, *, score: float | None, feedback: str | None, url: s
     if not state.is_file():
         raise AgentError(f"no agent run recorded for {directory}; run `reef agent run NAME` there first")
     last = json.loads(state.read_text(encoding="utf-8"))
+    if last["receipts"] is None:  # the run's lookup failed (the server away after the agent ran): now
+        last["receipts"] = _session_receipts((url or last["url"]).rstrip("/"), last["scenario"], last["session"])
+        _save_run(directory, last)
     if not last["receipts"]:
         raise AgentError(f"the last run (session {last['session']}) produced no receipts: nothing to report on")
     body: dict[str, Any] = {"references": last["receipts"], "report_id": f"agent-run-{last['session']}",
@@ -280,7 +325,7 @@ def update(name: str, directory: Path, *, url: str, scenario: str | None) -> str
     scenario = scenario or have.get("scenario")
     head = _request("GET", f"{url}/reef/harness", headers=_headers(scenario), attempts=3, accept=(404,))
     serving = head.headers.get("x-reef-release-id") if head.status_code == 200 else NO_RELEASE
-    if serving and serving == have.get("release_id"):
+    if serving and serving == have.get("release_id") and files_intact(directory, name):
         if serving == NO_RELEASE:
             return f"{directory} is already current (scenario {scenario} has no release yet)"
         return f"{directory} is already current (release {serving})"
@@ -327,6 +372,10 @@ def install_cmd(name: str, directory: Path, url: str | None, scenario: str | Non
     click.echo(install(name, directory, url=_server_url(url), scenario=scenario))
 
 
+#: `reef agent run`'s own options, refused after NAME (before a `--`): there they would go to the agent
+REEF_RUN_OPTIONS = ("-d", "--dir", "--bin", "--url", "-s", "--scenario")
+
+
 @agent_group.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.argument("name")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
@@ -340,6 +389,11 @@ def install_cmd(name: str, directory: Path, url: str | None, scenario: str | Non
 def run_cmd(name: str, args: tuple[str, ...], directory: Path, binary: str | None, url: str | None,
             scenario: str | None) -> None:
     """Run agent NAME (after `--`, its own arguments) as one Reef session; print its receipts."""
+    if args and args[0] != "--" and "--" in args:
+        own = [a for a in args[:args.index("--")] if a.split("=", 1)[0] in REEF_RUN_OPTIONS]
+        if own:  # `reef agent run codex --url U -- …` would hand --url to the agent and ask the default server
+            raise click.UsageError(f"{' '.join(own)} after NAME would go to the agent; put Reef's options before "
+                                   f"NAME: reef agent run [OPTIONS] {name} -- ARGS")
     args_list = list(args[1:] if args and args[0] == "--" else args)
     info = run(name, directory, args_list, url=_server_url(url), scenario=scenario, binary=binary)
     click.echo(f"reef: session {info['session']}: {len(info['receipts'])} receipt(s)", err=True)

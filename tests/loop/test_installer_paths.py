@@ -162,3 +162,64 @@ def test_a_bundle_with_a_bad_path_is_not_rendered():
                                files=(HarnessFile(path=bad, data=b"x\n", sha256=_sha(b"x\n")),))
         with pytest.raises(ArtifactError, match="unsafe file path"):
             FilesAdapter().render(bundle)
+
+
+# ---------------------------------------------------------------------------- the shape of DEST
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_release_that_turns_a_file_into_a_directory_installs(tmp_path, shell):
+    """Release 1 has ``skills/foo`` as a file, release 2 a skill directory of that name: the file
+    release 1 installed is removed first, so the directory can be made (it failed every time)."""
+    dest = tmp_path / "dest"
+    assert _run(shell, _script(tmp_path, "rel_1", {"skills/foo": "a file\n"}), dest).returncode == 0
+    r = _run(shell, _script(tmp_path, "rel_2", {"skills/foo/SKILL.md": "name: foo\n"}), dest)
+    assert r.returncode == 0, r.stderr
+    assert (dest / "skills" / "foo" / "SKILL.md").read_text() == "name: foo\n"
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_directory_where_a_file_goes_is_refused_before_anything_is_written(tmp_path, shell):
+    """A directory where the release writes a file, or someone's file where it needs a directory:
+    refused before anything is written, and the release records stay the old ones, so the next
+    install or update runs again (the install was recorded, then failed its check)."""
+    dest = tmp_path / "dest"
+    assert _run(shell, _script(tmp_path, "rel_1", {"skills/foo/SKILL.md": "name: foo\n", "rules.md": "- a\n"}),
+                dest).returncode == 0
+    before = _snapshot(dest)
+    r = _run(shell, _script(tmp_path, "rel_2", {"skills/foo": "now a file\n", "rules.md": "- b\n"}), dest)
+    assert r.returncode == 1 and "is a directory where this release installs a file" in r.stderr
+    assert _snapshot(dest) == before
+    (dest / "notes").write_text("mine\n")
+    r = _run(shell, _script(tmp_path, "rel_3", {"notes/today.md": "x\n", "rules.md": "- c\n"}), dest)
+    assert r.returncode == 1 and "is a file where this release needs a directory" in r.stderr
+    assert _snapshot(dest) == {**before, "notes": "mine\n"}
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_long_names_install_and_a_users_tmp_named_file_is_left_alone(tmp_path, shell):
+    """The temporary name is short and private (a 250-character name plus a suffix did not fit
+    a file name; a user's ``rules.md.reef-tmp`` was deleted)."""
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "rules.md.reef-tmp").write_text("precious\n")
+    long_name = "s" * 250
+    r = _run(shell, _script(tmp_path, "rel_1", {"rules.md": "- a\n", f"skills/{long_name}": "x\n"}), dest)
+    assert r.returncode == 0, r.stderr
+    assert (dest / "skills" / long_name).read_text() == "x\n"
+    assert (dest / "rules.md.reef-tmp").read_text() == "precious\n"
+    assert not list(dest.rglob(".reef-tmp.*"))
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_settings_that_name_the_release_are_written_last(tmp_path, shell):
+    """A file carrying x-reef-installed-release tells the server the agent has the harness: it is
+    written after every other file (it sorted first here), so a failure part-way never leaves it
+    claiming the release."""
+    dest = tmp_path / "dest"
+    files = {"a-settings.json": '{"headers": {"x-reef-installed-release": "rel_1"}}\n', "z-rules.md": "- rule\n"}
+    script = _script(tmp_path, "rel_1", files)
+    traced = subprocess.run([shell, "-x", str(script), str(dest)], capture_output=True, text=True, timeout=60)
+    assert traced.returncode == 0, traced.stderr
+    moved = [ln for ln in traced.stderr.splitlines() if "mv -f" in ln and ".reef-tmp." in ln]
+    assert len(moved) == 2 and moved[-1].endswith(str(dest / "a-settings.json")), moved
