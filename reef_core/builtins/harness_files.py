@@ -163,8 +163,15 @@ REEF_SUMS
 $OLD
 " in *"  $path
 "*) continue ;; esac
-    [ "$(sha "$DEST/$path")" = "$sum" ] \
-      || fail "$DEST/$path exists and was not installed by Reef; move it away or re-run with REEF_HARNESS_FORCE=1"
+    _now=$(sha "$DEST/$path")
+    [ "$_now" = "$sum" ] && continue
+    # installed, as it is now, by another agent's installer sharing the file (AGENTS.md for Codex
+    # and opencode) at another release: Reef's, not the user's
+    for _other in "$DEST"/.reef-harness*.sha256; do
+      [ -f "$_other" ] && [ "$_other" != "$DEST/@MANIFEST@" ] || continue
+      grep -qxF "$_now  $path" "$_other" && continue 2
+    done
+    fail "$DEST/$path exists and was not installed by Reef; move it away or re-run with REEF_HARNESS_FORCE=1"
   done <<REEF_SUMS
 $SUMS
 REEF_SUMS

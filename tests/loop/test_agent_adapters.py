@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 
 import pytest
@@ -124,6 +125,24 @@ def test_claude_codex_and_opencode_install_and_update_side_by_side(tmp_path, ord
     for name in ("codex", "opencode"):
         edited = _install(tmp_path, adapters[name], _release("rel_3", "- x\n"), project)
         assert edited.returncode == 1 and "AGENTS.md was changed since it was installed" in edited.stderr
+
+
+def test_a_second_agent_installs_over_the_shared_file_another_agent_installed_at_an_older_release(tmp_path):
+    """opencode installed release 1; Codex, first installed at release 2, finds AGENTS.md as
+    opencode's manifest lists it: Reef's file, not the user's (it was refused as not Reef's)."""
+    project = tmp_path / "project"
+    assert _install(tmp_path, OpencodeAdapter, _release("rel_1", "- one\n"), project).returncode == 0
+    done = _install(tmp_path, CodexAdapter, _release("rel_2", "- two\n"), project)
+    assert done.returncode == 0, done.stderr
+    assert "release rel_2" in (project / "AGENTS.md").read_text()
+    (project / "AGENTS.md").write_text("mine\n")  # a user's file is still refused
+    mine = _install(tmp_path, ClaudeAdapter, _release("rel_2", "- two\n"), project)
+    assert mine.returncode == 0  # claude does not write AGENTS.md
+    shutil.rmtree(project)
+    project.mkdir()
+    (project / "AGENTS.md").write_text("mine\n")
+    refused = _install(tmp_path, CodexAdapter, _release("rel_2", "- two\n"), project)
+    assert refused.returncode == 1 and "exists and was not installed by Reef" in refused.stderr
 
 
 @pytest.mark.parametrize("adapter, settings", [(ClaudeAdapter, ".claude/settings.json"),
