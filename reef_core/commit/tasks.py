@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import re
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..kit.graders import BUILTIN_GRADERS, Grader, grade_contains, grade_exact, grade_regex
+from ..kit.graders import BUILTIN_GRADERS, Grader, grade_contains, grade_exact, grade_regex, regex_problem
 from ..kit.tasks import task_body
 from ..observe.experience import response_text
 from ..types import ActiveRelease, Candidate, Episode
@@ -81,10 +80,9 @@ def load_tasks(tasks: Sequence[dict[str, Any]] | str, default_grader: str,
         if need and not task.get(need) and not (need == "pattern" and task.get("expected")):
             raise ConfigError(f"evaluation task {task['id']!r} uses grader {grader!r} and needs {need!r}")
         if grader == "regex":
-            try:
-                re.compile(task.get("pattern") or task["expected"])
-            except re.error as exc:
-                raise ConfigError(f"evaluation task {task['id']!r} has an invalid pattern: {exc}") from None
+            problem = regex_problem(task.get("pattern") or task["expected"])
+            if problem:
+                raise ConfigError(f"evaluation task {task['id']!r} has an invalid pattern: {problem}")
         out.append(task)
     return out
 

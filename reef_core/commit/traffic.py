@@ -13,17 +13,18 @@ contamination check of ``reef_core.commit.tasks``) are left out. The draw is a s
 scenario's ``TRAFFIC_WINDOW`` newest.
 
 The grader runs the report's pattern as a regular expression: whoever may post reports to
-the scenario chooses it, so a pattern longer than ``MAX_PATTERN_CHARS`` is not used.
+the scenario chooses it, so a pattern (or an ``expected`` answer) longer than
+``MAX_PATTERN_CHARS`` is not used, and a match is cut after ``kit.graders.REGEX_TIMEOUT_S``.
 """
 
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import ConfigError
+from ..kit.graders import regex_problem
 from ..kit.records import chat_request
 from ..kit.tasks import content_text
 from .tasks import load_tasks, normalize_prompt, user_texts
@@ -44,12 +45,11 @@ def grading_of(metadata: Any, graders: Mapping[str, Any]) -> dict[str, Any] | No
                if isinstance(metadata.get(k), str) and metadata[k]}
     if not grading.get("pattern") and not grading.get("expected"):
         return None
-    if len(grading.get("pattern") or "") > MAX_PATTERN_CHARS:
+    # any client with a report token writes these: bounded, whichever field a grader reads
+    if len(grading.get("pattern") or "") > MAX_PATTERN_CHARS or len(grading.get("expected") or "") > MAX_PATTERN_CHARS:
         return None
     if grading.get("grader") == "regex" or (not grading.get("grader") and grading.get("pattern")):
-        try:
-            re.compile(grading.get("pattern") or grading["expected"])
-        except re.error:
+        if regex_problem(grading.get("pattern") or grading["expected"]):
             return None
     try:  # the task loader's own checks: a known grader, and what it needs
         [task] = load_tasks([{"prompt": "-", **grading}], "contains", dict(graders))

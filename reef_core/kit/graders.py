@@ -7,11 +7,16 @@ set) uses the same functions through ``graders_of(plugins)``, so both grade alik
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import regex
+
 Grader = Callable[[str, Mapping[str, Any]], float]
+#: the longest a ``regex`` grader's match may take: a pattern that backtracks catastrophically
+#: (``(a|aa)+$``, from a task or a client's report) fails its episode instead of holding a core
+#: for hours. Matching runs in the ``regex`` module with the GIL released, so serving goes on.
+REGEX_TIMEOUT_S = 1.0
 
 
 def grade_exact(output: str, task: Mapping[str, Any]) -> float:
@@ -25,8 +30,23 @@ def grade_contains(output: str, task: Mapping[str, Any]) -> float:
 
 
 def grade_regex(output: str, task: Mapping[str, Any]) -> float:
-    """1.0 when ``pattern`` (or ``expected`` read as a pattern) matches somewhere in the answer."""
-    return float(re.search(task.get("pattern") or task["expected"], output, re.DOTALL) is not None)
+    """1.0 when ``pattern`` (or ``expected`` read as a pattern) matches somewhere in the answer;
+    ``TimeoutError`` (the episode fails) past ``REGEX_TIMEOUT_S``."""
+    try:
+        found = regex.search(task.get("pattern") or task["expected"], output, regex.DOTALL,
+                             timeout=REGEX_TIMEOUT_S, concurrent=True)
+    except TimeoutError:
+        raise TimeoutError(f"the regex grader's pattern took over {REGEX_TIMEOUT_S:g} s on this answer") from None
+    return float(found is not None)
+
+
+def regex_problem(pattern: str) -> str | None:
+    """Why ``pattern`` cannot be a ``regex`` grader's pattern (None: it can)."""
+    try:
+        regex.compile(pattern, regex.DOTALL)
+    except regex.error as exc:
+        return str(exc)
+    return None
 
 
 #: the graders every Reef has, by the name tasks give in ``grader``

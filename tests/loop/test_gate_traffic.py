@@ -174,3 +174,37 @@ def test_traffic_tasks_is_checked(value):
     with pytest.raises(ValueError, match="traffic_tasks must be 0 or more"):
         TaskSuiteEvaluator(tasks=[{"prompt": "A?", "expected": "a"}], traffic_tasks=value)
     assert TaskSuiteEvaluator(tasks=[], traffic_tasks=3).planned_tasks == 3
+
+
+def test_a_reporters_pattern_cannot_hold_the_server():
+    """A pattern that backtracks catastrophically fails its episode after the grader's time limit
+    (it held a core and the GIL for minutes: /healthz took 260 s), and the 500-character bound
+    holds whichever field the regex grader reads."""
+    import threading
+    import time
+
+    from reef_core.commit.traffic import grading_of
+    from reef_core.kit.graders import BUILTIN_GRADERS, REGEX_TIMEOUT_S, grade_regex
+
+    ticks = []
+    stop = threading.Event()
+
+    def ticking():  # another thread keeps running while the match does: the GIL is released
+        while not stop.is_set():
+            ticks.append(time.monotonic())
+            time.sleep(0.01)
+
+    ticker = threading.Thread(target=ticking)
+    ticker.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(TimeoutError, match="took over"):
+            grade_regex("a" * 80 + "!", {"pattern": "(a|aa)+$"})
+    finally:
+        stop.set()
+        ticker.join()
+    assert time.monotonic() - started < REGEX_TIMEOUT_S + 5
+    assert len(ticks) > 10
+    assert grading_of({"expected": "(?i)" + "x" * 5000, "grader": "regex"}, BUILTIN_GRADERS) is None
+    assert grading_of({"expected": "y" * 501}, BUILTIN_GRADERS) is None
+    assert grading_of({"pattern": "Paris|Rome"}, BUILTIN_GRADERS) == {"grader": "regex", "pattern": "Paris|Rome"}
