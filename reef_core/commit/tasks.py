@@ -223,8 +223,10 @@ def user_texts(body: Any) -> list[str]:
             continue
         content = m.get("content")
         if isinstance(content, list):
-            content = "".join(p.get("text", "") for p in content
-                              if isinstance(p, dict) and p.get("type") in ("text", "input_text"))
+            # joined as a traffic task's prompt is (``kit.tasks.content_text``, a part a line): the
+            # contamination check compares the two, and "".join missed an identical request
+            content = "\n".join(p.get("text", "") for p in content
+                                if isinstance(p, dict) and p.get("type") in ("text", "input_text"))
         if isinstance(content, str) and content.strip():
             out.append(content)
     return out

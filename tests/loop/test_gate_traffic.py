@@ -208,3 +208,14 @@ def test_a_reporters_pattern_cannot_hold_the_server():
     assert grading_of({"expected": "(?i)" + "x" * 5000, "grader": "regex"}, BUILTIN_GRADERS) is None
     assert grading_of({"expected": "y" * 501}, BUILTIN_GRADERS) is None
     assert grading_of({"pattern": "Paris|Rome"}, BUILTIN_GRADERS) == {"grader": "regex", "pattern": "Paris|Rome"}
+
+
+def test_a_request_in_several_text_parts_is_the_same_prompt_on_both_sides_of_the_contamination_check():
+    from reef_core.commit.tasks import normalize_prompt, user_texts
+    from reef_core.commit.traffic import conversation
+
+    body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "What is the capital of Italy?"},
+                                                      {"type": "text", "text": "Answer briefly."}]}]}
+    [trained] = user_texts(body)
+    [asked] = [m["content"] for m in conversation(body) if m["role"] == "user"]
+    assert normalize_prompt(trained) == normalize_prompt(asked) == "what is the capital of italy? answer briefly."
