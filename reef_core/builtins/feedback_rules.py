@@ -36,16 +36,23 @@ REWRITE_PROMPT = (
 _BULLET = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
 
 
+#: control characters (C0, DEL, C1): no place in a one-line rule
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 def normalize_rule(text: str, max_chars: int) -> str:
-    """One line, no bullet or quotes, first letter capitalised, ends with a full stop, capped."""
+    """One line, no bullet, quotes or control characters (a NUL reached the served system prompt),
+    first letter capitalised, ends with a full stop, at most ``max_chars`` characters."""
+    text = _CONTROL.sub(" ", text)
     text = _BULLET.sub("", " ".join(text.split())).strip().strip("\"'`").strip()
     if not text:
         return ""
-    if len(text) > max_chars:
-        text = text[: max_chars - 1].rstrip() + "…"
-    text = text[0].upper() + text[1:]
+    first = text[0].upper()
+    text = (first if len(first) == 1 else text[0]) + text[1:]  # "ß".upper() is "SS": kept as it is
     if text[-1] not in ".!?…":
         text += "."
+    if len(text) > max_chars:  # after the full stop: a rule of max_chars was one character over
+        text = text[: max_chars - 1].rstrip() + "…"
     return text
 
 

@@ -280,6 +280,8 @@ def _write_file(path: str, data: bytes) -> list[str]:
     lines = [f": > {target}"]
     for i in range(0, len(data), 64):
         chunk = "".join(chr(b) if b in _SAFE else f"\\{b:03o}" for b in data[i:i + 64])
+        if chunk.startswith("-"):  # printf would read a leading "-" as an option ("- a rule")
+            chunk = "\\055" + chunk[1:]
         lines.append(f"printf '{chunk}' >> {target}")
     return lines
 

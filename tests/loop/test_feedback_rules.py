@@ -49,6 +49,9 @@ def test_normalise_and_compare_rules():
     assert normalize_rule('"Be brief!"', 240) == "Be brief!"
     assert normalize_rule("1. use metric units", 240) == "Use metric units."
     assert normalize_rule("x" * 300, 50).endswith("…") and len(normalize_rule("x" * 300, 50)) == 50
+    # the bound holds after the full stop and the capital; control characters never reach the prompt
+    assert all(len(normalize_rule(t, 20)) <= 20 for t in ("x" * 20, "ß" * 20, "ﬃ" + "y" * 19))
+    assert normalize_rule("hello\x00world\x1b[31m red", 240) == "Hello world [31m red."
     assert normalize_rule("   ", 240) == ""
     assert rule_key("Always cite sources.") == rule_key("always, CITE sources!")
     assert parse_rules("# Rules\nKeep this intro.\n\n- one\n* two\n3) three\n") == (

@@ -223,3 +223,15 @@ def test_settings_that_name_the_release_are_written_last(tmp_path, shell):
     assert traced.returncode == 0, traced.stderr
     moved = [ln for ln in traced.stderr.splitlines() if "mv -f" in ln and ".reef-tmp." in ln]
     assert len(moved) == 2 and moved[-1].endswith(str(dest / "a-settings.json")), moved
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_file_written_byte_by_byte_may_start_with_a_dash(tmp_path, shell):
+    """A file the installer writes with printf (a NUL, a CR, no final newline) whose chunk starts
+    with "-" (every rules.md: "- a rule"): printf read it as an option and the install failed."""
+    dest = tmp_path / "dest"
+    files = {"rules.md": "- Hello\x00world.\n- " + "x" * 70, "notes.md": "-\r\n"}
+    r = _run(shell, _script(tmp_path, "rel_1", files), dest)
+    assert r.returncode == 0, r.stderr
+    assert (dest / "rules.md").read_bytes() == files["rules.md"].encode()
+    assert (dest / "notes.md").read_bytes() == b"-\r\n"
