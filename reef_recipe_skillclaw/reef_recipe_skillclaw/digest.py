@@ -23,6 +23,10 @@ from reef_core import Experience
 from reef_core.kit import chat_reply, chat_request, content_text
 
 from .evolver import response_text
+from .pool import NAME
+
+#: skills a report may name that the pool does not hold (each becomes a group of the night's work)
+MAX_UNKNOWN_SKILLS = 4
 
 #: the group of the sessions that used no skill
 NO_SKILL = ""
@@ -179,7 +183,11 @@ def build_digest(exp: Experience, pool_names: list[str], *, unscored: float = -1
             read += [v for v in args.values() if isinstance(v, str) and v in known]
     for _, text in turns:
         read += [m.group(1) for m in _SKILL_PATH.finditer(text)]
-    read = [s for s in dict.fromkeys(read) if s in known or s in (meta_skills or [])]
+    # a skill the client names that the pool lacks still counts (one it made itself), but only a
+    # few, by the pool's name rule: each is a group, and each group an evolver call
+    named = [s for s in dict.fromkeys(meta_skills or []) if isinstance(s, str) and s not in known and NAME.match(s)]
+    unknown = set(named[:MAX_UNKNOWN_SKILLS])
+    read = [s for s in dict.fromkeys(read) if s in known or s in unknown]
     injected = list(pool_names)
     if catalogue_counts_as_use and not read:
         read = list(injected)

@@ -151,3 +151,14 @@ def test_skill_files_keep_front_matter_and_names_are_validated(tmp_path):
 
     with pytest.raises(ValueError, match="invalid skill name"):
         pool.put(Skill("../etc", "d", "b"))
+
+
+def test_a_report_naming_many_unknown_skills_makes_a_few_groups_not_one_each():
+    """Each skill a session read is a group and each group an evolver call: a report naming 2,000
+    skills the pool lacks made 2,000 calls. A few unknown names (valid ones) still count."""
+    from reef_recipe_skillclaw.digest import MAX_UNKNOWN_SKILLS
+
+    named = ["sums", "../etc", *(f"s{i}" for i in range(2000))]
+    d = build_digest(experience(0, 0.0, skills=named), ["sums"])
+    assert d.skills_read == ["sums", *(f"s{i}" for i in range(MAX_UNKNOWN_SKILLS))]
+    assert len(group_by_skill([d])) == 1 + MAX_UNKNOWN_SKILLS
