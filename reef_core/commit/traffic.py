@@ -33,6 +33,10 @@ from .tasks import load_tasks, normalize_prompt, user_texts
 TRAFFIC_WINDOW = 1000
 #: the longest report pattern a traffic task runs (a reporter's regular expression)
 MAX_PATTERN_CHARS = 500
+#: a report whose metadata is larger than this (as stored) is not read for a task
+MAX_METADATA_BYTES = 16 * 1024
+#: records read at a time while the draw looks for tasks
+RECORDS_A_READ = 16
 _ROLES = ("system", "developer", "user", "assistant")
 
 
@@ -77,22 +81,30 @@ def traffic_tasks(store: Any, scenario: str, count: int, *, graders: Mapping[str
         return []
     reports_out, records_out = set(exclude_reports), set(exclude_records)
     usable = []
-    for report in store.list_reports(scenario, limit=TRAFFIC_WINDOW, newest_first=True):
-        refs = [str(r) for r in report.references or []]
-        if report.id in reports_out or not refs or records_out.intersection(refs):
+    # three columns of reports whose metadata a task's grading fits in: a reporter's megabytes of
+    # feedback or metadata are never read here
+    for report_id, references, meta in store.graded_report_rows(scenario, limit=TRAFFIC_WINDOW,
+                                                                max_meta_bytes=MAX_METADATA_BYTES):
+        refs = [str(r) for r in references or []]
+        if report_id in reports_out or not refs or records_out.intersection(refs):
             continue
-        grading = grading_of(report.meta, graders)
+        grading = grading_of(meta, graders)
         if grading is not None:
-            usable.append((report.id, refs[-1], grading))
-    records = store.get_records({rid for _, rid, _ in usable})
+            usable.append((report_id, refs[-1], grading))
+    # the records a few at a time (their bodies may be megabytes each), newest report first: a
+    # conversation asked again is the task of its newest report
     tasks: dict[tuple[str, ...], dict[str, Any]] = {}
-    for report_id, record_id, grading in usable:
-        record = records.get(record_id)
-        messages = conversation(record.request) if record is not None else []
-        said = tuple(normalize_prompt(t) for t in user_texts({"messages": messages}))
-        if not said or any(t in training_prompts for t in said) or said in tasks:
-            continue
-        tasks[said] = {"id": f"traffic:{report_id}", "messages": messages, **grading}
+    for start in range(0, len(usable), RECORDS_A_READ):
+        chunk = usable[start:start + RECORDS_A_READ]
+        records = store.get_records({rid for _, rid, _ in chunk})
+        for report_id, record_id, grading in chunk:
+            record = records.get(record_id)
+            messages = conversation(record.request) if record is not None else []
+            said = tuple(normalize_prompt(t) for t in user_texts({"messages": messages}))
+            if not said or any(t in training_prompts for t in said) or said in tasks:
+                continue
+            tasks[said] = {"id": f"traffic:{report_id}", "messages": messages, **grading}
     drawn = list(tasks.values())
     random.Random(seed).shuffle(drawn)
     return drawn[:count]
+    return list(tasks.values())

@@ -194,6 +194,20 @@ class RecordPages:
                 out[record_id].append(by_seq[seq])
         return out, omitted
 
+    def graded_report_rows(self, scenario: str, *, limit: int, max_meta_bytes: int) -> list[tuple[str, Any, Any]]:
+        """``(id, references, metadata)`` of ``scenario``'s newest ``limit`` reports whose metadata
+        is at most ``max_meta_bytes`` as stored (measured by the database; feedback never read):
+        what the gate's traffic tasks are drawn from, bounded whatever reporters send."""
+        from .models import Report
+
+        column = Report.__table__.c["metadata"]
+        size = func.length(cast(column, LargeBinary)) if self.dialect == "sqlite" else func.octet_length(cast(column, Text))
+        q = (select(Report.id, Report.references, Report.meta)
+             .where(Report.scenario == scenario, func.coalesce(size, 0) <= max_meta_bytes)
+             .order_by(Report.seq.desc()).limit(limit))
+        with self._read() as s:
+            return [tuple(row) for row in s.exec(q).all()]
+
     def record_release_ids(self, record_ids: Iterable[str]) -> dict[str, str | None]:
         """{record id: the release that served it} of those of ``record_ids`` that are stored
         (two columns read, no bodies)."""
