@@ -107,4 +107,3 @@ def traffic_tasks(store: Any, scenario: str, count: int, *, graders: Mapping[str
     drawn = list(tasks.values())
     random.Random(seed).shuffle(drawn)
     return drawn[:count]
-    return list(tasks.values())

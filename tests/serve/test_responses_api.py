@@ -389,3 +389,15 @@ def test_an_answer_cut_by_max_output_tokens_ends_in_an_incomplete_item():
     assert [i["status"] for i in final["response"]["output"]] == ["completed", "incomplete"]
     done = [e["item"]["status"] for e in events if e["type"] == "response.output_item.done"]
     assert done == ["completed", "incomplete"]
+
+
+def test_a_stream_cut_before_its_end_is_recorded_with_its_open_item_incomplete():
+    from reef_core.serve.dialects.responses_api import ChatToResponsesStream, ResponsesAssembler
+
+    stream, assembler = ChatToResponsesStream({"input": "x"}, "rec_3"), ResponsesAssembler()
+    for event in stream.feed({"model": "m", "choices": [{"index": 0, "delta": {"content": "half an"}}]}):
+        assembler.add(event)
+    recorded = assembler.result()  # the client left here: no terminal event
+    assert recorded["status"] == "incomplete"
+    assert [i["status"] for i in recorded["output"]] == ["incomplete"]
+    assert recorded["output"][0]["content"][0]["text"] == "half an"

@@ -490,5 +490,7 @@ class ResponsesAssembler:
             return self.final
         body = dict(self.response or {"object": "response"})
         body["status"] = "incomplete"
-        body["output"] = [self.items[k] for k in sorted(self.items)]
+        # an item the stream had not finished is as incomplete as the response, not in progress
+        body["output"] = [{**item, "status": "incomplete"} if item.get("status") == "in_progress" else item
+                          for item in (self.items[k] for k in sorted(self.items))]
         return body
