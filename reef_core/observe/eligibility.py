@@ -28,6 +28,8 @@ log = logging.getLogger("reef.observe")
 
 #: unconsumed reports read per page while looking for eligible experience
 PAGE_SIZE = 500
+#: bytes of report bodies a page of the pool holds at most (about: one larger report is a page of its own)
+PAGE_BYTES = 16 * 1024 * 1024
 
 
 def pool_rule(loop: Any, batch_size: int | None) -> PoolRule:
@@ -99,7 +101,8 @@ def load_page(store: Any, scenario: str, *, after_seq: int | None = None, limit:
         return [], None
     if start.after_report_seq is not None:
         after_seq = max(after_seq or 0, start.after_report_seq)
-    reports = store.list_reports(scenario, pool=rule, after_seq=after_seq, limit=limit)
+    # at most PAGE_BYTES of report bodies a page, whatever reporters sent
+    reports, more = store.pool_reports_page(scenario, rule, after_seq=after_seq, limit=limit, max_bytes=PAGE_BYTES)
     if not reports:
         return [], None
     ref_ids = list(dict.fromkeys(r for rep in reports for r in (rep.references or [])))
@@ -115,7 +118,7 @@ def load_page(store: Any, scenario: str, *, after_seq: int | None = None, limit:
             metadata=dict(rep.meta or {}), created_at=rep.created_at, report_seq=rep.seq,
             records=tuple(ExperienceRecord.from_row(records[r]) for r in refs),
         ))
-    return page, (reports[-1].seq if len(reports) == limit else None)
+    return page, (reports[-1].seq if more else None)
 
 
 def load_pool(store: Any, scenario: str, rule: PoolRule | None = None) -> list[Experience]:

@@ -254,22 +254,45 @@ class RecordStore(RecordPages, ConsumptionStore, EpisodeStore, LeaseStore, ModeS
         all, those no candidate consumed (``unconsumed_only``), or those in the pool under
         ``pool`` (never consumed, or returned and back by the rule, and within the retention
         horizon)."""
-        q = select(Report).where(Report.scenario == scenario)
-        if after_seq is not None:
-            q = q.where(Report.seq > after_seq)
-        if unconsumed_only:
-            q = q.where(~Report.id.in_(select(Consumption.item_id)))
-        if pool is not None:
-            q = q.where(~exists().where(Consumption.item_id == Report.id, ~back_in_pool(scenario, pool)))
-            if pool.max_age_days is not None:
-                q = q.where(Report.created_at >= utcnow() - timedelta(days=pool.max_age_days))
-            if pool.max_reports is not None:
-                q = q.where(Report.seq >= func.coalesce(newest_seq(scenario, pool.max_reports), 0))
+        q = select(Report).where(*self._report_conditions(scenario, after_seq, unconsumed_only, pool))
         q = q.order_by(Report.seq.desc() if newest_first else Report.seq)
         if limit is not None:
             q = q.limit(limit)
         with self._read() as s:
             return list(s.exec(q).all())
+
+    def pool_reports_page(self, scenario: str, pool: PoolRule, *, after_seq: int | None, limit: int,
+                          max_bytes: int) -> tuple[list[Report], bool]:
+        """The next reports of ``scenario``'s pool under ``pool`` (oldest first, after ``after_seq``):
+        at most ``limit`` of them and ``max_bytes`` of their bodies (feedback, references,
+        metadata; the database measures them first; at least one), and whether more follow.
+        Any client with a report token sends bodies of megabytes: a page of 500 must not hold them all."""
+        from .record_pages import _fit, _report_bytes
+
+        conditions = self._report_conditions(scenario, after_seq, False, pool)
+        sizes_q = select(Report.seq, _report_bytes(self.dialect)).where(*conditions).order_by(Report.seq)
+        with self._read() as s:
+            sizes = list(s.exec(sizes_q.limit(limit + 1)).all())
+            chosen = _fit(sizes[:limit], max_bytes)
+            rows = list(s.exec(select(Report).where(Report.seq.in_(chosen)).order_by(Report.seq)).all()) \
+                if chosen else []
+        return rows, len(sizes) > len(chosen)
+
+    @staticmethod
+    def _report_conditions(scenario: str, after_seq: int | None, unconsumed_only: bool,
+                           pool: PoolRule | None) -> list[Any]:
+        conditions = [Report.scenario == scenario]
+        if after_seq is not None:
+            conditions.append(Report.seq > after_seq)
+        if unconsumed_only:
+            conditions.append(~Report.id.in_(select(Consumption.item_id)))
+        if pool is not None:
+            conditions.append(~exists().where(Consumption.item_id == Report.id, ~back_in_pool(scenario, pool)))
+            if pool.max_age_days is not None:
+                conditions.append(Report.created_at >= utcnow() - timedelta(days=pool.max_age_days))
+            if pool.max_reports is not None:
+                conditions.append(Report.seq >= func.coalesce(newest_seq(scenario, pool.max_reports), 0))
+        return conditions
 
     # ------------------------------------------------------------------ candidates
 

@@ -144,3 +144,23 @@ def test_ineligible_reports_never_hide_newer_eligible_ones(store, monkeypatch):
     assert [e.report_id for e in eligible(store, "s", filters)] == [first, last]
     assert [e.report_id for e in eligible(store, "s", filters, want=1)] == [first]
     assert len(load_pool(store, "s")) == 10
+
+
+def test_a_pool_page_holds_a_bounded_amount_of_report_bodies(store, monkeypatch):
+    """Any reporter sends bodies of megabytes: a page of the pool ends at PAGE_BYTES of them (the
+    database measures them first; one larger report is a page of its own), and every report is
+    still read once, in order."""
+    from reef_core.observe import eligibility
+
+    monkeypatch.setattr(eligibility, "PAGE_BYTES", 25_000)
+    ids = [_report(store, [_record(store, text=f"q{i}")], score=0.0, feedback="f" * 10_000) for i in range(5)]
+    pages, cursor = [], None
+    while True:
+        page, cursor = eligibility.load_page(store, "s", after_seq=cursor)
+        pages.append([e.report_id for e in page])
+        if cursor is None:
+            break
+    assert [len(p) for p in pages] == [2, 2, 1] and [i for p in pages for i in p] == ids
+    monkeypatch.setattr(eligibility, "PAGE_BYTES", 10)
+    first, cursor = eligibility.load_page(store, "s")
+    assert [e.report_id for e in first] == ids[:1] and cursor is not None
