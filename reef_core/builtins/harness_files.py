@@ -11,7 +11,9 @@ script carries every file inline (no callback to the server, no token), and:
    empty or dot-leading parts, no odd characters), and reach no symbolic link inside DEST.
    Any bad path refuses the whole install, with nothing changed: the old manifest is a
    local file anyone with write access to DEST could edit, and its paths are what the prune
-   step removes, so skipping bad lines would leave a tampered file silently in charge;
+   step removes, so skipping bad lines would leave a tampered file silently in charge; and,
+   once its own payload checks, takes DEST's lock (``.reef-install.lock``, naming its process):
+   a second install into DEST while one runs is refused, a killed one's lock is taken over;
 1. writes the files into a private staging directory and checks each one against the
    SHA-256 it was generated with — a damaged or tampered script fails here, before DEST
    is touched;
@@ -108,6 +110,22 @@ $1
 REEF_SUMS
 }
 check_manifest "$SUMS" "this installer" "it is damaged or was tampered with; download it again"
+
+# one install into DEST at a time: two at once (two releases, two agents) mixed their files. A
+# lock whose process is gone (killed) is taken over; one that names no process yet is refused.
+mkdir -p "$DEST" || fail "cannot create $DEST"
+LOCK=$DEST/.reef-install.lock
+if ! mkdir "$LOCK" 2>/dev/null; then
+  _pid=$(cat "$LOCK/pid" 2>/dev/null || true)
+  case $_pid in ''|*[!0-9]*) fail "another install into $DEST is starting (or one was killed as it started: \
+if none runs, remove $LOCK); re-run" ;; esac
+  kill -0 "$_pid" 2>/dev/null && fail "another install into $DEST is running (process $_pid); re-run when it ends"
+  rm -rf "$LOCK"
+  mkdir "$LOCK" 2>/dev/null || fail "another install into $DEST started just now; re-run when it ends"
+fi
+trap 'rm -rf "$STAGE" "$LOCK"' EXIT
+printf '%s\n' "$$" > "$LOCK/pid"
+
 OLD=
 [ -f "$DEST/@MANIFEST@" ] && OLD=$(cat "$DEST/@MANIFEST@")
 check_manifest "$OLD" "$DEST/@MANIFEST@" "repair or delete that file and re-run"

@@ -235,3 +235,27 @@ def test_a_file_written_byte_by_byte_may_start_with_a_dash(tmp_path, shell):
     assert r.returncode == 0, r.stderr
     assert (dest / "rules.md").read_bytes() == files["rules.md"].encode()
     assert (dest / "notes.md").read_bytes() == b"-\r\n"
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_one_install_into_dest_at_a_time(tmp_path, shell):
+    """Two installs at once into one DEST mixed two releases' files: a second one is refused while
+    the first runs; the lock of an install that was killed is taken over."""
+    import subprocess as sp
+
+    dest = tmp_path / "dest"
+    lock = dest / ".reef-install.lock"
+    lock.mkdir(parents=True)
+    (lock / "pid").write_text(f"{os.getpid()}\n")  # a live process holds it
+    busy = _run(shell, _script(tmp_path, "rel_1", V1), dest)
+    assert busy.returncode == 1 and f"another install into {dest} is running (process {os.getpid()})" in busy.stderr
+    assert not (dest / "rules.md").exists()
+    gone = sp.Popen(["true"])
+    gone.wait()
+    (lock / "pid").write_text(f"{gone.pid}\n")  # killed: its process is gone
+    taken = _run(shell, _script(tmp_path, "rel_1", V1), dest)
+    assert taken.returncode == 0, taken.stderr
+    assert (dest / "rules.md").read_text() == V1["rules.md"] and not lock.exists()
+    lock.mkdir()  # no process named yet
+    starting = _run(shell, _script(tmp_path, "rel_2", V2), dest)
+    assert starting.returncode == 1 and f"remove {lock}" in starting.stderr
