@@ -111,6 +111,15 @@ REEF_SUMS
 }
 check_manifest "$SUMS" "this installer" "it is damaged or was tampered with; download it again"
 
+# 1. the payload must be exactly what the server generated
+while read -r sum path; do
+  [ -n "$path" ] || continue
+  [ -f "$STAGE/$path" ] && [ "$(sha "$STAGE/$path")" = "$sum" ] \
+    || fail "checksum mismatch for $path in this installer: it is damaged or was tampered with; download it again"
+done <<REEF_SUMS
+$SUMS
+REEF_SUMS
+
 # one install into DEST at a time: two at once (two releases, two agents) mixed their files. A
 # lock whose process is gone (killed) is taken over; one that names no process yet is refused.
 mkdir -p "$DEST" || fail "cannot create $DEST"
@@ -129,15 +138,6 @@ printf '%s\n' "$$" > "$LOCK/pid"
 OLD=
 [ -f "$DEST/@MANIFEST@" ] && OLD=$(cat "$DEST/@MANIFEST@")
 check_manifest "$OLD" "$DEST/@MANIFEST@" "repair or delete that file and re-run"
-
-# 1. the payload must be exactly what the server generated
-while read -r sum path; do
-  [ -n "$path" ] || continue
-  [ -f "$STAGE/$path" ] && [ "$(sha "$STAGE/$path")" = "$sum" ] \
-    || fail "checksum mismatch for $path in this installer: it is damaged or was tampered with; download it again"
-done <<REEF_SUMS
-$SUMS
-REEF_SUMS
 
 # 2. nothing to do when DEST holds exactly this release
 current=yes
