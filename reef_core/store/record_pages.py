@@ -43,26 +43,23 @@ class StoredResponse:
     unstored: bool  # the request said ``store: false`` (the answer is not to be retrieved)
 
 
+def _stored_bytes(column: Any, dialect: str) -> Any:
+    """SQL: the bytes of one column's value as the database stores it (0 for NULL)."""
+    size = func.length(cast(column, LargeBinary)) if dialect == "sqlite" else func.octet_length(cast(column, Text))
+    return func.coalesce(size, 0)
+
+
 def _body_bytes(dialect: str) -> Any:
     """SQL: the bytes of a record's bodies, as the database stores them."""
-    def one(name: str) -> Any:
-        column = Record.__table__.c[name]
-        size = func.length(cast(column, LargeBinary)) if dialect == "sqlite" else func.octet_length(cast(column, Text))
-        return func.coalesce(size, 0)
-
-    return reduce(operator.add, (one(name) for name in BODY_COLUMNS))
+    return reduce(operator.add, (_stored_bytes(Record.__table__.c[name], dialect) for name in BODY_COLUMNS))
 
 
 def _report_bytes(dialect: str) -> Any:
     """SQL: the bytes of a report's bodies (feedback, references, metadata) as stored."""
     from .models import Report
 
-    def one(name: str) -> Any:
-        column = Report.__table__.c[name]
-        size = func.length(cast(column, LargeBinary)) if dialect == "sqlite" else func.octet_length(cast(column, Text))
-        return func.coalesce(size, 0)
-
-    return reduce(operator.add, (one(name) for name in ("feedback", "references", "metadata")))
+    return reduce(operator.add, (_stored_bytes(Report.__table__.c[name], dialect)
+                                 for name in ("feedback", "references", "metadata")))
 
 
 def _fit(sizes: list[Any], max_bytes: int) -> list[int]:
@@ -200,10 +197,9 @@ class RecordPages:
         what the gate's traffic tasks are drawn from, bounded whatever reporters send."""
         from .models import Report
 
-        column = Report.__table__.c["metadata"]
-        size = func.length(cast(column, LargeBinary)) if self.dialect == "sqlite" else func.octet_length(cast(column, Text))
+        size = _stored_bytes(Report.__table__.c["metadata"], self.dialect)
         q = (select(Report.id, Report.references, Report.meta)
-             .where(Report.scenario == scenario, func.coalesce(size, 0) <= max_meta_bytes)
+             .where(Report.scenario == scenario, size <= max_meta_bytes)
              .order_by(Report.seq.desc()).limit(limit))
         with self._read() as s:
             return [tuple(row) for row in s.exec(q).all()]
