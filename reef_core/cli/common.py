@@ -158,8 +158,7 @@ def open_store(overrides: tuple[str, ...], config_file: str | None, force: bool 
 
     settings, _plugins, served = load_served(overrides, config_file)
     check_given(settings, force=force, keys=("record_store",))
-    if served is None and settings.record_store_url == f"sqlite:///{settings.state_dir / 'reef.db'}" and \
-            not (settings.state_dir / "reef.db").exists():
+    if served is None and not settings.record_store.url and not (settings.state_dir / "reef.db").exists():
         # a reader must not create a store where none was (a mistyped state directory read as empty)
         raise NotFoundError(f"no record store in {settings.state_dir}: nothing was served there "
                             "(server.state_dir names the directory `reef serve` used)")
@@ -214,6 +213,16 @@ def checked_scenario(scenario: str) -> str:
     if problem:
         raise click.UsageError(problem)
     return scenario
+
+
+def require_known_scenario(settings: Any, store: Any, scenario: str) -> None:
+    """``NotFoundError`` for a scenario that does not exist (configured, default, named in a
+    token, or with stored data), as the server answers: a typo acts on nothing."""
+    from ..errors import NotFoundError
+    from ..serve.scenarios import pinned_scenarios
+
+    if scenario not in pinned_scenarios(settings) and scenario not in store.scenario_names():
+        raise NotFoundError(f"no scenario named {scenario!r}")
 
 
 def scenario_or_default(scenario: str | None, settings: Any, server: Any) -> str:

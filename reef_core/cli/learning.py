@@ -26,6 +26,7 @@ from .common import (
     load_with_server,
     local_kernel,
     open_store,
+    require_known_scenario,
     run_started,
     say_via,
     scenario_or_default,
@@ -148,14 +149,15 @@ def _grow_here(settings: Any, plugins: Any, scenario: str, *, force: bool) -> di
     consumed) when the runtime cannot answer as configured."""
     from rich.console import Console
 
-    from ..errors import ConfigError, NotFoundError
+    from ..errors import ConfigError
     from ..grow import RichProgress
-    from ..serve.scenarios import pinned_scenarios
 
     reef = local_kernel(settings, plugins, force=force, learning=True)
-    if scenario not in pinned_scenarios(settings) and scenario not in reef.store.scenario_names():
+    try:
+        require_known_scenario(settings, reef.store, scenario)  # a typo grows nothing
+    except Exception:
         reef.close_unstarted()
-        raise NotFoundError(f"no scenario named {scenario!r}")  # as the server answers: a typo grows nothing
+        raise
     problem = reef.runtime.config_problem()
     if problem:
         reef.close_unstarted()

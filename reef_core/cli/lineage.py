@@ -9,7 +9,7 @@ import json
 
 import click
 
-from .common import checked_scenario, config_option, friendly, load_served
+from .common import config_option, friendly, load_served, scenario_or_default
 
 
 def _split(words: tuple[str, ...]) -> tuple[bool, str | None, tuple[str, ...]]:
@@ -38,7 +38,7 @@ def lineage(config_file: str | None, reason: str, as_json: bool, words: tuple[st
     reset, scenario, overrides = _split(words)
     # the state of the server started here, as `reef releases` and `reef status` read it
     settings, _plugins, _served = load_served(overrides, config_file)
-    scenario = settings.server.default_scenario if scenario is None else checked_scenario(scenario)
+    scenario = scenario_or_default(scenario, settings, None)
     if reset:
         from ..errors import StoreError
 

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from .common import checked_scenario, config_option, force_store_option, friendly, open_store
+from .common import config_option, force_store_option, friendly, open_store, scenario_or_default
 
 #: the most records `reef records list` shows (SQLite takes a limit up to 2**63 - 1)
 MAX_LIST = 1_000_000
@@ -28,7 +28,7 @@ def records() -> None:
 def records_list(config_file, scenario, status, limit, force, overrides) -> None:
     """The newest records of a scenario, one per line."""
     store, settings = open_store(overrides, config_file, force)
-    scenario = settings.server.default_scenario if scenario is None else checked_scenario(scenario)
+    scenario = scenario_or_default(scenario, settings, None)
     rows = store.list_records(scenario, status=status, limit=limit, newest_first=True, bodies=False)
     reports = store.reports_for_records([r.id for r in rows])
     for r in rows:
@@ -73,7 +73,7 @@ def records_export(config_file, scenario, output, force, overrides) -> None:
     from ..store import to_json
 
     store, settings = open_store(overrides, config_file, force)
-    scenario = settings.server.default_scenario if scenario is None else checked_scenario(scenario)
+    scenario = scenario_or_default(scenario, settings, None)
     for rows in store.iter_record_pages(scenario):  # one page of bodies in memory at a time, not the scenario
         reports = store.reports_for_records([r.id for r in rows])
         for r in rows:

@@ -21,6 +21,7 @@ from .common import (
     load_served,
     load_with_server,
     local_kernel,
+    require_known_scenario,
     say_via,
     server_options,
 )
@@ -70,17 +71,13 @@ def mode(config_file: str | None, as_json: bool, url: str | None, token: str | N
         say_via(server, settings, scenario)
         info = server.set_mode(scenario, new, _who()) if new else server.mode(scenario)
     else:
-        from ..errors import NotFoundError
         from ..grow.modes import ScenarioModes
-        from ..serve.scenarios import pinned_scenarios
         from ..served_config import check_given
 
         check_given(settings, force=force, keys=("record_store",))
         store = settings.open_record_store()
         try:
-            # as the server answers: a mode only for a scenario that exists (a typo stores nothing)
-            if scenario not in pinned_scenarios(settings) and scenario not in store.scenario_names():
-                raise NotFoundError(f"no scenario named {scenario!r}")
+            require_known_scenario(settings, store, scenario)  # a typo stores no mode
             modes = ScenarioModes(store, settings)
             info = modes.set(scenario, new, _who()) if new else modes.describe(scenario)
         finally:
