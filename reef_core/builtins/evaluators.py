@@ -45,6 +45,7 @@ from ..commit.traffic import traffic_tasks
 from ..contracts import Evaluator, refuse_bad_options
 from ..errors import ConfigError
 from ..hookspecs import hookimpl
+from ..kit.graders import graders_of
 from ..types import ActiveRelease, Candidate, Decision, Evaluation, Outcome
 
 #: another round starts only when this many times the last round's duration is left before the
@@ -138,9 +139,8 @@ class TaskSuiteEvaluator(Evaluator):
             # `reef serve` would refuse, `reef config` refuses
             from ..plugins import get_plugins
 
-            graders = {**BUILTIN_GRADERS, **{n: r.obj for n, r in get_plugins().registry.get("grader", {}).items()}}
             try:
-                load_tasks(o.get("tasks") or [], o.get("grader", "contains"), graders)
+                load_tasks(o.get("tasks") or [], o.get("grader", "contains"), graders_of(get_plugins()))
             except ConfigError as exc:
                 problems.append(str(exc) + ("" if o.get("tasks") else " or traffic_tasks above 0"))
         return problems

@@ -116,6 +116,11 @@ def sidecar(name: str) -> str:
     return f".reef-harness-{name}-release"
 
 
+def manifest(name: str) -> str:
+    """The file agent ``name``'s installer lists what it installed in (``sha256sum -c`` format)."""
+    return f".reef-harness-{name}.sha256"
+
+
 def installed(directory: Path, name: str) -> dict[str, str]:
     """What agent ``name``'s installer recorded in ``directory`` (release_id, content_hash,
     scenario), or {} when it is not installed there."""
@@ -129,9 +134,8 @@ def installed(directory: Path, name: str) -> dict[str, str]:
 def files_intact(directory: Path, name: str) -> bool:
     """Whether every file agent ``name``'s manifest lists is in ``directory`` with its checksum
     (an update that trusts the release record alone said "already current" over deleted files)."""
-    manifest = directory / f".reef-harness-{name}.sha256"
     try:
-        lines = manifest.read_text(encoding="utf-8").splitlines()
+        lines = (directory / manifest(name)).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
         return False
     for line in lines:
@@ -174,16 +178,16 @@ def adopt_legacy_records(name: str, directory: Path) -> bool:
     (``.reef-harness.sha256``, ``.reef-harness-release``) to its own, so its next install
     updates the files it wrote instead of refusing them as not installed by Reef. Only when
     the manifest lists that agent's layout and the agent has no records of its own yet."""
-    manifest, release = (directory / n for n in LEGACY_RECORDS)
-    if not manifest.is_file() or (directory / f".reef-harness-{name}.sha256").exists():
+    legacy, release = (directory / n for n in LEGACY_RECORDS)
+    if not legacy.is_file() or (directory / manifest(name)).exists():
         return False
-    text = manifest.read_text(encoding="utf-8", errors="replace")
+    text = legacy.read_text(encoding="utf-8", errors="replace")
     paths = [line.split("  ", 1)[1] for line in text.splitlines() if "  " in line]
     owners = {owner for path in paths for prefix, owner in _LEGACY_OWNER
               if path == prefix or (prefix.endswith("/") and path.startswith(prefix))}
     if owners != {name}:
         return False
-    os.replace(manifest, directory / f".reef-harness-{name}.sha256")
+    os.replace(legacy, directory / manifest(name))
     if release.is_file():
         os.replace(release, directory / sidecar(name))
     return True

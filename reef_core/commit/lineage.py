@@ -102,8 +102,10 @@ class Lineages:
         """The scenario's head, or None when it has no lineage yet."""
         path = self.dir_of(scenario) / HEAD_FILE
         data = _read_head(path)
-        if data is None:
-            return None
+        return None if data is None else self._head_of(scenario, path, data)
+
+    def _head_of(self, scenario: str, path: Path, data: dict[str, Any]) -> LineageHead:
+        """The head ``data`` (read from ``path``) stands for; ``StoreError`` when a field is not."""
         checkpoint = data.get("checkpoint")
         try:
             return LineageHead(scenario=scenario, id=str(data["id"]), step=int(data["step"]),
@@ -185,7 +187,7 @@ class Lineages:
                 try:
                     old = _read_head(path)
                     if old is not None:
-                        self.head(scenario)  # every field readable
+                        self._head_of(scenario, path, old)  # every field readable
                 except StoreError:
                     if expected is not ...:
                         raise

@@ -32,7 +32,7 @@ from .errors import ClientError
 __all__ = ["SCENARIO_NAME", "ScenarioRegistry", "decode_name_cursor", "encode_name_cursor", "header_scenario",
            "is_scenario_name", "path_scenario", "pinned_scenarios", "scenario_name_problem"]
 
-from ..names import _NAME_RULE, MAX_ESCAPED, SCENARIO_NAME, is_scenario_name, scenario_name_problem  # noqa: F401 (re-exported)
+from ..names import SCENARIO_NAME, is_scenario_name, scenario_name_problem
 
 
 def header_scenario(value: str | None, default: str) -> str:
@@ -41,16 +41,17 @@ def header_scenario(value: str | None, default: str) -> str:
     scenario = (value or "").strip()
     if not scenario:
         return default
-    if not is_scenario_name(scenario):
-        raise ClientError(f"x-reef-scenario {scenario[:80]!r} is not a valid scenario name ({_NAME_RULE})",
-                          param="x-reef-scenario")
+    problem = scenario_name_problem(scenario)
+    if problem:
+        raise ClientError(f"x-reef-scenario {problem}", param="x-reef-scenario")
     return scenario
 
 
 def path_scenario(scenario: str) -> str:
     """The scenario a route's path names; one that is no scenario name is a 404 before any lookup."""
-    if not is_scenario_name(scenario):
-        raise ClientError(f"{scenario[:80]!r} is not a valid scenario name ({_NAME_RULE})", status=404)
+    problem = scenario_name_problem(scenario)
+    if problem:
+        raise ClientError(problem, status=404)
     return scenario
 
 

@@ -109,12 +109,13 @@ class UiRoute(APIRoute):
             except LoginRequired:
                 if request.method == "GET":
                     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-                    if request.headers.get("hx-request"):
-                        # a fragment's poll: back to the page it was polled from, not to the fragment
+                    fragment = request.headers.get("hx-request")
+                    if fragment:  # a fragment's poll: back to the page it was polled from, not to the fragment
                         target = _page_of(request.headers.get("hx-current-url"), request) or "/ui"
-                        url = f"/ui/login?next={quote(target, safe='')}"
+                    url = f"/ui/login?next={quote(target, safe='')}"
+                    if fragment:
                         return Response(status_code=200, headers={"HX-Redirect": url})
-                    return RedirectResponse(f"/ui/login?next={quote(target, safe='')}", status_code=303)
+                    return RedirectResponse(url, status_code=303)
                 return error_page(request, 401, "log in first: this server asks for a token")
             except Exception as exc:
                 found = _status_of(exc)
