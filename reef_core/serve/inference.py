@@ -195,28 +195,30 @@ async def _unless_client_leaves(answer: Awaitable[Any], receive: Any) -> Any:
     """``await answer``, cancelled when the client disconnects first (``_ClientGone``): a runtime
     generating for a client that left (a local model decoding hundreds of tokens, an upstream
     billing them) stops, as it does for a stream. ``receive``: the ASGI receive of a request
-    whose body was read (None: no watching)."""
+    whose body was read (None: no watching). As ``_RecordedStream`` does, one plain task waits
+    for the disconnect and cancels the request's own task: no second task for the answer."""
     if receive is None:
         return await answer
-    task = asyncio.ensure_future(answer)
+    me = asyncio.current_task()
+    gone = False
 
     async def watch() -> None:
+        nonlocal gone
         while (await receive())["type"] != "http.disconnect":
             pass
+        gone = True
+        me.cancel()
 
     watcher = asyncio.ensure_future(watch())
     try:
-        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:  # cancelled (a shutdown's cut): the answer goes with it
-        task.cancel()
-        raise
+        return await answer
+    except asyncio.CancelledError:
+        if not gone:  # a shutdown's cut: the caller answers it
+            raise
+        _uncancel()  # the watcher's own cancellation, taken back
+        raise _ClientGone from None
     finally:
         watcher.cancel()
-    if task.done():
-        return task.result()
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    raise _ClientGone
 
 
 async def complete(state: ServeState, ex: Exchange, receive: Any = None) -> Response:
