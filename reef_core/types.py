@@ -47,6 +47,20 @@ class ActiveRelease:
         return d if d.is_dir() else None
 
 
+#: ``base_release``'s id: no release's id (those are ``rel_…``)
+BASE_RELEASE_ID = "base"
+
+
+def base_release(scenario: str) -> ActiveRelease:
+    """The base model named as a release (no harness, no adapter), for a call that must run on it.
+
+    A call without a release runs on whatever its scenario serves when the runtime takes it up,
+    which can be a release swapped in after the server froze "nothing published yet" into the
+    record; the server and the gate pass this instead, so answer and record agree.
+    """
+    return ActiveRelease(scenario=scenario, release_id=BASE_RELEASE_ID)
+
+
 @dataclass
 class InferenceCall:
     """One model call as a runtime sees it.
@@ -58,6 +72,10 @@ class InferenceCall:
     ``top_logprobs`` is above 0, ``top_logprobs``: per response token the ``top_logprobs``
     most likely tokens as ``[token_id, logprob]`` pairs, most likely first, in the convention
     of ``logprobs`` (what the scenario's recipe asks for: ``Recipe.top_logprobs``).
+
+    ``release`` is what the call runs on: the release the server froze at request start, a
+    candidate under evaluation, or ``base_release`` (the base model); None, for a caller that
+    does not track releases, means whatever the scenario serves when the runtime takes it up.
     """
 
     scenario: str

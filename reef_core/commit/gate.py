@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, get_args
 
 from ..errors import ReefError
-from ..types import ActiveRelease, Candidate, Decision, Evaluation, InferenceCall, Outcome
+from ..types import ActiveRelease, Candidate, Decision, Evaluation, InferenceCall, Outcome, base_release
 
 log = logging.getLogger("reef.commit")
 
@@ -92,7 +92,7 @@ class EvalContext:
         if self.cancelled.is_set() or (self.deadline is not None and time.monotonic() >= self.deadline):
             raise EvaluationCancelled(_CANCELLED)
         call = InferenceCall(scenario=self.scenario, record_id=f"eval_{uuid.uuid4().hex}", body=prepared,
-                             dialect=self.dialect, release=release)
+                             dialect=self.dialect, release=release or base_release(self.scenario))
         limit = timeout_s
         if self.deadline is not None:
             left = max(self.deadline - time.monotonic(), 0.0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from ..types import ActiveRelease
+from ..types import BASE_RELEASE_ID, ActiveRelease
 
 BASE = None
 
@@ -62,7 +62,20 @@ class AdapterTable:
         """
         if release is None or release.scenario != scenario:
             return self.acquire(scenario)
+        if release.release_id == BASE_RELEASE_ID:
+            return self._hold_base(scenario)
         return self.acquire_exact(scenario, release.release_id)
+
+    def _hold_base(self, scenario: str) -> Version:
+        """Hold the base model for ``scenario`` whatever it serves (``base_release``): nothing to load."""
+        with self._lock:
+            if scenario not in self._active:  # nothing activated yet: the base is what serves
+                self._active[scenario] = self._versions.setdefault((scenario, None), Version(scenario, None, BASE))
+            version = self._versions.get((scenario, None))
+            if version is None:
+                version = self._versions[(scenario, None)] = Version(scenario, None, BASE, retired=True)
+            version.holds += 1
+            return version
 
     def acquire_exact(self, scenario: str, release_id: str) -> Version | None:
         """Hold the version of exactly ``release_id`` if it is resident, else None."""

@@ -23,7 +23,7 @@ from starlette.responses import Response, StreamingResponse
 
 from ..errors import RuntimeCallError
 from ..store import Record
-from ..types import ActiveRelease, InferenceCall
+from ..types import ActiveRelease, InferenceCall, base_release
 from . import jsonfast
 from .dialects import (
     TERMINAL_EVENTS,
@@ -158,7 +158,7 @@ def make_call(state: ServeState, ex: Exchange) -> InferenceCall:
             # Ask for usage so the record has it; the chunk is dropped unless the client asked.
             body = {**body, "stream_options": {**opts, "include_usage": True}}
     return InferenceCall(scenario=ex.scenario, record_id=ex.record_id, body=body,
-                         dialect=state.runtime_dialect, release=ex.release,
+                         dialect=state.runtime_dialect, release=ex.release or base_release(ex.scenario),
                          top_logprobs=state.reef.top_logprobs(ex.scenario))
 
 

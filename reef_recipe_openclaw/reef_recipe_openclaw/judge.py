@@ -20,10 +20,10 @@ import uuid
 from abc import ABC, abstractmethod
 from typing import Any
 
-from reef_core import ActiveRelease, ConfigError, InferenceCall
+from reef_core import ConfigError, InferenceCall
+from reef_core.types import base_release
 
 ENTRY_POINT_GROUP = "reef_openclaw.judges"
-BASE_RELEASE_ID = "openclaw-judge-base"
 
 _registered: dict[str, type] = {}
 
@@ -60,7 +60,7 @@ class RuntimeJudge(Judge):
         self.runtime = runtime
         self.scenario = scenario
         self.model = model
-        self.base = ActiveRelease(scenario=scenario, release_id=BASE_RELEASE_ID, content_hash="", path=None)
+        self.base = base_release(scenario)
 
     async def generate(self, messages: list[dict[str, str]], *, temperature: float, max_tokens: int) -> str:
         body: dict[str, Any] = {"messages": messages, "temperature": temperature, "max_tokens": max_tokens}

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from reef_core import ConfigError
+from reef_core.types import BASE_RELEASE_ID
 from reef_recipe_openclaw import (
     Judge,
     aggregate_votes,
@@ -22,7 +23,7 @@ from reef_recipe_openclaw import (
     register_judge,
     unregister_judge,
 )
-from reef_recipe_openclaw.judge import BASE_RELEASE_ID, OpenAIJudge, RuntimeJudge, check_judge_spec
+from reef_recipe_openclaw.judge import OpenAIJudge, RuntimeJudge, check_judge_spec
 from reef_recipe_openclaw.sessions import BoundTurn, NextState, Turn
 from reef_recipe_openclaw.testing import ScriptedJudge
 

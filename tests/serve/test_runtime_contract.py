@@ -8,7 +8,7 @@ from typing import Any
 
 from reef_core.runtime import Runtime
 from reef_core.testing import ReefServer
-from reef_core.types import InferenceCall
+from reef_core.types import InferenceCall, base_release
 
 
 class ScriptedRuntime(Runtime):
@@ -71,3 +71,23 @@ def test_scripted_runtime_behind_openai_clients(tmp_path):
         assert rec.response["choices"][0]["message"]["content"] == "hi there"
         assert runtime.closed_streams == 1
         assert [m.id for m in client.models.list().data] == ["scripted"]
+
+
+def test_a_request_before_the_first_release_names_the_base_to_the_runtime(tmp_path):
+    """The record of a request that started before anything was published names no release, so the
+    runtime is told to run it on the base: without a release on the call a runtime serves whatever
+    its scenario serves when it takes the call up, which can be a release swapped in meanwhile."""
+    runtime = ScriptedRuntime()
+    seen = []
+    answer = runtime.complete
+
+    async def complete(call: InferenceCall) -> dict[str, Any]:
+        seen.append(call.release)
+        return await answer(call)
+
+    runtime.complete = complete
+    with ReefServer(tmp_path, runtime=runtime) as reef:
+        raw = reef.openai().chat.completions.with_raw_response.create(
+            model="scripted", messages=[{"role": "user", "content": "hello"}])
+        assert reef.store.get_record(raw.headers["x-reef-agent-record-id"]).release_id is None
+    assert seen == [base_release("default")]

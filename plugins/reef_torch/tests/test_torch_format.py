@@ -6,6 +6,7 @@ import pytest
 
 from reef_core import ActiveRelease, RuntimeCallError
 from reef_core.kit import AdapterTable
+from reef_core.types import base_release
 from reef_torch.engine import _safe_prefix_len
 from reef_torch.openai_format import completion_body, parse_chat_request
 
@@ -146,3 +147,18 @@ def test_adapter_table_retired_unused_version_unloads_at_once_and_scenarios_are_
     assert t.activate("a", "r2", None) == ["a@r1"]
     assert t.acquire("a").adapter is None
     assert t.acquire("b").adapter == "b@r1"
+
+
+def test_adapter_table_holds_the_base_for_a_call_frozen_before_the_first_release():
+    """A request that started before anything was published records no release; it must run on
+    the base even when the first release is swapped in before the runtime takes it up."""
+    t = AdapterTable()
+    first = t.hold_for_call("s", base_release("s"))
+    assert first.adapter is None and t.active("s") is first  # nothing activated: the base serves
+    assert t.activate("s", "r1", "s@r1") == []
+    assert t.release(first) == []
+    late = t.hold_for_call("s", base_release("s"))
+    assert late.adapter is None and t.active("s").adapter == "s@r1"  # the scenario keeps its adapter
+    assert t.release(late) == []  # the base never needs unloading
+    assert t.hold_for_call("s", None).adapter == "s@r1"
+    assert t.snapshot()["_draining"] == {}  # the base's hold left nothing behind
