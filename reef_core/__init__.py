@@ -37,6 +37,7 @@ from .errors import (
 from .hookspecs import hookimpl, hookspec
 from .kit.lazy import lazy_exports
 from .types import (
+    BASE_RELEASE_ID,
     ActiveRelease,
     Candidate,
     Decision,
@@ -45,6 +46,7 @@ from .types import (
     InferenceCall,
     PublishedRelease,
     StoredReport,
+    base_release,
 )
 
 # Values of the learning loop's own packages load on first use: importing reef_core (every
@@ -79,6 +81,8 @@ __all__ = [
     "refuse_bad_options",
     # values plugins receive and return
     "ActiveRelease",
+    "BASE_RELEASE_ID",
+    "base_release",
     "Batch",
     "Candidate",
     "Decision",

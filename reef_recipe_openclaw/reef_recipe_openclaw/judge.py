@@ -20,8 +20,7 @@ import uuid
 from abc import ABC, abstractmethod
 from typing import Any
 
-from reef_core import ConfigError, InferenceCall
-from reef_core.types import base_release
+from reef_core import ConfigError, InferenceCall, base_release
 
 ENTRY_POINT_GROUP = "reef_openclaw.judges"
 

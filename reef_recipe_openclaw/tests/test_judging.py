@@ -9,8 +9,7 @@ import json
 import httpx
 import pytest
 
-from reef_core import ConfigError
-from reef_core.types import BASE_RELEASE_ID
+from reef_core import BASE_RELEASE_ID, ConfigError
 from reef_recipe_openclaw import (
     Judge,
     aggregate_votes,

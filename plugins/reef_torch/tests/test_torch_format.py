@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reef_core import ActiveRelease, RuntimeCallError
+from reef_core import ActiveRelease, RuntimeCallError, base_release
 from reef_core.kit import AdapterTable
-from reef_core.types import base_release
 from reef_torch.engine import _safe_prefix_len
 from reef_torch.openai_format import completion_body, parse_chat_request
 
