@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from reef_train.prompts import chat_prompt_ids
+
 HINT_PREFIX = "\n\nHint: "
 
 
@@ -48,6 +50,4 @@ def with_hint(messages: list[dict[str, Any]], hint: str) -> list[dict[str, Any]]
 def teacher_prompt_ids(tokenizer: Any, request: dict[str, Any], route: str | None, hint: str) -> list[int]:
     """The hinted conversation rendered as the runtime renders prompts (chat template, generation prompt)."""
     messages = with_hint(openai_messages(request, route), hint)
-    text = tokenizer.apply_chat_template(messages, tools=request.get("tools"), add_generation_prompt=True,
-                                         tokenize=False)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+    return chat_prompt_ids(tokenizer, messages, request.get("tools"))

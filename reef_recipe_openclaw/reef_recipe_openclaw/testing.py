@@ -12,6 +12,7 @@ from typing import Any
 
 from reef_core import ExperienceRecord, InferenceCall, ServedBase
 from reef_core.testing import EchoRuntime
+from reef_train.prompts import chat_prompt_ids
 
 from .judge import Judge
 
@@ -69,8 +70,7 @@ def token_capture(tokenizer: Any, messages: list[dict[str, Any]], reply: str, to
     """What the local runtime records for ``reply`` to ``messages`` on ``tokenizer``'s model: the
     prompt as its chat template renders it, the reply's tokens, and made-up logprobs and top-K
     lists (the learner recomputes old logprobs itself; only the ids matter to it)."""
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+    prompt = chat_prompt_ids(tokenizer, messages)
     response = tokenizer(reply, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
     vocab = len(tokenizer)
     top = [[[tok, -0.5]] + [[(tok + j) % vocab, -1.0 - j] for j in range(1, top_k)] for tok in response]

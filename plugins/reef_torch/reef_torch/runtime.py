@@ -33,6 +33,7 @@ from reef_core import (
     refuse_bad_options,
 )
 from reef_core.kit import AdapterTable, Version, version_name
+from reef_train.prompts import chat_prompt_ids
 
 from .model_loading import EMBEDDED_ALIASES, EMBEDDED_MODEL_ID, ModelLoadError
 from .openai_format import (
@@ -445,12 +446,10 @@ class LocalRuntime(Runtime):
             self._unload_adapter(name)
 
     def _prompt_ids(self, params) -> list[int]:
-        tok = self.tokenizer
         try:
-            text = tok.apply_chat_template(params.messages, tools=params.tools, add_generation_prompt=True, tokenize=False)
+            return chat_prompt_ids(self.tokenizer, params.messages, params.tools)
         except Exception as exc:
             raise invalid(f"The chat template could not render these messages: {exc}", "messages") from exc
-        return tok(text, add_special_tokens=False)["input_ids"]
 
     def _fill_extras(self, call: InferenceCall, handle, result) -> None:
         call.extras.update(

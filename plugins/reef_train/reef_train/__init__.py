@@ -28,6 +28,8 @@ The pieces, each usable alone:
   atomically), ``read_learner_state``; ``critic`` — ``ValueModel``, a LoRA critic with a value
   head;
 * ``optim`` — ``make_optimizer`` / ``optimizer_step``: AdamW over the LoRA parameters only;
+* ``prompts`` — ``chat_prompt_ids``: a conversation as the prompt ids the local runtime serves
+  (the chat template's control tokens parsed, those a client's text quotes kept as text);
 * ``rollout`` — sample completions with their sampling logprobs from the training copy;
 * ``sampling`` — ``sample_rows`` / ``make_generator``, the next-token sampling both the
   runtime's engine and ``rollout`` use;

@@ -20,6 +20,7 @@ from .learner import Algorithm, Learner
 from .logprobs import token_logprobs
 from .losses import masked_mean
 from .options import LoraOptions
+from .prompts import chat_prompt_ids
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>"]
 CHARS = list(string.ascii_lowercase + string.ascii_uppercase + string.digits + " .,!?'-:;\n")
@@ -80,8 +81,7 @@ def sample_rollouts(model_dir: Path, prompts: list[list[int]], *, adapter_dir: P
 
 def prompt_ids(tokenizer, text: str) -> list[int]:
     """Token ids of ``text`` as one user turn, rendered with the chat template up to the answer."""
-    rendered = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
-    return tokenizer(rendered, add_special_tokens=False)["input_ids"]
+    return chat_prompt_ids(tokenizer, [{"role": "user", "content": text}])
 
 
 @dataclass(frozen=True)
