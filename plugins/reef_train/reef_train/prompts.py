@@ -104,8 +104,9 @@ def _quotes_any(messages: Any, tools: Any, specials: _Specials) -> bool:
 def _strings(value: Any):
     if isinstance(value, str):
         yield value
-    elif isinstance(value, dict):
-        for v in value.values():
+    elif isinstance(value, dict):  # keys too: a tool's JSON schema names its properties
+        for k, v in value.items():
+            yield from _strings(k)
             yield from _strings(v)
     elif isinstance(value, (list, tuple)):
         for v in value:
@@ -116,7 +117,7 @@ def _map_strings(value: Any, fn) -> Any:
     if isinstance(value, str):
         return fn(value)
     if isinstance(value, dict):
-        return {k: _map_strings(v, fn) for k, v in value.items()}
+        return {_map_strings(k, fn): _map_strings(v, fn) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_map_strings(v, fn) for v in value]
     return value

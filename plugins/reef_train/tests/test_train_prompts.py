@@ -50,7 +50,8 @@ def test_quotes_in_any_string_of_the_conversation_are_found_and_kept_through_the
     eos = tok.convert_tokens_to_ids(tok.eos_token)
     messages = [{"role": "assistant", "content": None, "tool_calls": [
         {"id": "c1", "type": "function", "function": {"name": "f", "arguments": f'{{"q": "a\\"{tok.eos_token}"}}'}}]}]
-    tools = [{"type": "function", "function": {"name": "f", "description": f"ends with {tok.eos_token}"}}]
+    tools = [{"type": "function", "function": {"name": "f", "description": f"ends with {tok.eos_token}",
+                                                "parameters": {"properties": {f"k{tok.eos_token}": {"type": "string"}}}}}]
     ids = chat_prompt_ids(tok, messages, tools)
     assert eos not in ids
     rendered = tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
