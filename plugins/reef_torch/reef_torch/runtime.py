@@ -264,12 +264,40 @@ class LocalRuntime(Runtime):
         from peft import PeftModel
 
         engine = self.engine
-        if hasattr(engine.model, "peft_config"):
-            engine.model.load_adapter(str(path), adapter_name=name, is_trainable=False)
-        else:
-            engine.model = PeftModel.from_pretrained(engine.model, str(path), adapter_name=name, is_trainable=False)
+        model = engine.model
+        try:
+            if hasattr(model, "peft_config"):
+                model.load_adapter(str(path), adapter_name=name, is_trainable=False)
+            else:
+                engine.model = PeftModel.from_pretrained(model, str(path), adapter_name=name, is_trainable=False)
+        except BaseException:
+            # peft adds the adapter's layers before it reads the weights: a load that fails there
+            # (weights of another base model, a missing file) leaves them behind, freshly
+            # initialized, and a later load of the same name would be skipped as done.
+            self._undo_failed_load(model, name)
+            raise
         engine.model.eval()
         log.info("loaded adapter %s from %s", name, path)
+
+    def _undo_failed_load(self, model, name: str) -> None:
+        """Worker thread only: remove what a failed load of adapter ``name`` left in ``model``
+        (the model as it was before the load), so that the engine serves as before it."""
+        from peft import PeftModel
+        from peft.tuners.tuners_utils import BaseTunerLayer
+
+        engine = self.engine
+        if isinstance(model, PeftModel):  # load_adapter failed: the other adapters stay
+            if name in model.peft_config:
+                self._unload_adapter(name)
+            return
+        engine.model = model  # PeftModel.from_pretrained failed: strip the layers it injected
+        tuners = [key for key, module in model.named_modules() if isinstance(module, BaseTunerLayer)]
+        for key in tuners:
+            parent, _, child = key.rpartition(".")
+            layer = model.get_submodule(key)
+            setattr(model.get_submodule(parent) if parent else model, child, layer.get_base_layer())
+        if "peft_config" in vars(model):
+            del model.peft_config
 
     def _unload_adapter(self, name: str) -> None:
         """Worker thread only: delete adapter ``name`` (no request holds it any more)."""

@@ -247,3 +247,38 @@ def test_a_request_leaving_while_the_runtime_closes_unloads_nothing_and_raises_n
     runtime = LocalRuntime()
     assert runtime.engine is None
     runtime._unload_adapter("bench@rel_gone")  # no AttributeError
+
+
+def _misfit(rel: ActiveRelease) -> ActiveRelease:
+    """``rel`` with adapter weights shaped for another base model (its config still reads fine)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    weights = rel.adapter_dir / "adapter_model.safetensors"
+    save_file({k: torch.zeros(v.shape[0] + 3, *v.shape[1:]) for k, v in load_file(weights).items()}, weights)
+    return rel
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("first", [False, True], ids=["plain-model", "beside-an-adapter"])
+async def test_an_adapter_that_fails_to_load_leaves_nothing_behind_and_fails_again(runtime, word_adapters, tmp_path,
+                                                                                   first):
+    """peft adds an adapter's layers before it reads the weights: a load that failed there left them
+    (randomly initialized) in the model, and the next activation of that release, the follower's
+    retry, skipped the load as done: the scenario then served those layers as the release (beside
+    another adapter), or every request of it failed (on the plain model, which is no PeftModel)."""
+    if first:
+        await runtime.activate(release("a", "r1", tmp_path, word_adapters["banana"]))
+    before = loaded(runtime)
+    base_answer, _ = await ask(runtime, scenario="other")
+    bad = _misfit(release("s", "bad", tmp_path, word_adapters["cherry"]))
+    for _ in range(2):  # the follower retries the chain's head
+        with pytest.raises(RuntimeCallError, match="Could not load the adapter"):
+            await runtime.activate(bad)
+        assert loaded(runtime) == before
+        assert hasattr(runtime.engine.model, "peft_config") == first
+    assert await ask(runtime) == (base_answer, None)
+    assert runtime.serving()["s"]["release_id"] is None
+    assert await ask(runtime, scenario="other") == (base_answer, None)
+    await runtime.activate(release("s", "r2", tmp_path, word_adapters["banana"]))
+    assert await ask(runtime) == ("banana", "s@r2")
