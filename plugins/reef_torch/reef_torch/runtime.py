@@ -250,8 +250,13 @@ class LocalRuntime(Runtime):
 
     async def _on_worker(self, fn, release: ActiveRelease):
         """Run an adapter command on the engine's worker thread; a failure names the release."""
+        return await self._on_worker_future(self.engine.call(fn), release)
+
+    @staticmethod
+    async def _on_worker_future(future, release: ActiveRelease):
+        """The result of an adapter command queued on the worker (``engine.call``); a failure names the release."""
         try:
-            return await asyncio.wrap_future(self.engine.call(fn))
+            return await asyncio.wrap_future(future)
         except Exception as exc:
             raise RuntimeCallError(
                 f"Could not load the adapter of release {release.release_id} ({release.adapter_dir}): {exc}. "
@@ -455,7 +460,22 @@ class LocalRuntime(Runtime):
                 self._load_adapter(name, adapter_dir)
             return self.adapters.hold_transient(release.scenario, release.release_id, name)
 
-        return await self._on_worker(load, release)
+        loading = self.engine.call(load)
+        try:
+            return await self._on_worker_future(loading, release)
+        except asyncio.CancelledError:
+            # The caller left (a client gone, an evaluation cut) while the load ran, or after it
+            # ended: the hold it took is given back once it has, or the version never drains.
+            loading.add_done_callback(self._give_back_hold)
+            raise
+
+    def _give_back_hold(self, loading) -> None:
+        """Done callback of a load whose caller left: release the version it held, on the worker."""
+        if loading.cancelled() or loading.exception() is not None:
+            return
+        version, engine = loading.result(), self.engine
+        if engine is not None:  # closing: the model goes, and its adapters with it
+            engine.call(lambda: self._release(version))
 
     @staticmethod
     def _check_adapter_dir(release: ActiveRelease) -> None:

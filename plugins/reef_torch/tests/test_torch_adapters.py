@@ -282,3 +282,48 @@ async def test_an_adapter_that_fails_to_load_leaves_nothing_behind_and_fails_aga
     assert await ask(runtime, scenario="other") == (base_answer, None)
     await runtime.activate(release("s", "r2", tmp_path, word_adapters["banana"]))
     assert await ask(runtime) == ("banana", "s@r2")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("when", ["while-loading", "as-the-load-ends"])
+async def test_a_call_cancelled_while_its_release_loads_holds_nothing(runtime, word_adapters, tmp_path, when):
+    """A call whose release is not resident waits for the worker to load it; a caller that left
+    then (a client gone, an evaluation timed out) lost the hold the load took: the version never
+    drained and its adapter stayed in the model for good."""
+    import threading
+
+    candidate = release("s", "candidate:c1", tmp_path, word_adapters["banana"])
+    loop = asyncio.get_running_loop()
+    started, go = threading.Event(), threading.Event()
+    load = runtime._load_adapter
+
+    def slow_load(name, path):
+        started.set()
+        go.wait(60)
+        load(name, path)
+        if when == "as-the-load-ends":
+            loop.call_soon_threadsafe(call.cancel)  # before the load's result reaches the loop
+
+    runtime._load_adapter = slow_load
+    call = asyncio.create_task(ask_on(runtime, candidate))
+    assert await asyncio.to_thread(started.wait, 60)
+    if when == "while-loading":
+        call.cancel()
+    go.set()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    after_load = Blocker(runtime.engine)  # commands run in order: the load has ended
+    await after_load.wait()
+    after_load.open()
+    await wait_until(lambda: runtime.serving()["_draining"] == {}, "the candidate's version is given back")
+    await wait_until(lambda: loaded(runtime) == set(), "the candidate's adapter is unloaded")
+    runtime._load_adapter = load
+    assert await ask_on(runtime, candidate) == ("banana", "s@candidate:c1")  # and loads again when asked
+    assert loaded(runtime) == set()
+
+
+async def ask_on(rt, rel: ActiveRelease, text: str = "hello"):
+    c = InferenceCall(scenario=rel.scenario, record_id="x", release=rel,
+                      body={"messages": [{"role": "user", "content": text}], "temperature": 0})
+    out = await rt.complete(c)
+    return out["choices"][0]["message"]["content"], c.extras["adapter"]
