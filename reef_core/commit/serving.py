@@ -95,6 +95,7 @@ class ServingReleases:
         self._on_published = on_published
         self._serving: dict[str, ActiveRelease] = {}
         self._commits: dict[str, str] = {}  # scenario → chain head dealt with: served, or refused
+        self._sequences: dict[str, int] = {}  # scenario → position in its chain of the release ``_swap`` served
         self._lock = asyncio.Lock()  # one swap at a time: publisher and follower never both announce
         self._tasks: list[asyncio.Task] = []
 
@@ -137,6 +138,7 @@ class ServingReleases:
         async with self._lock:
             await self.runtime.activate(release)
             self._serving[release.scenario] = release
+            self._sequences.pop(release.scenario, None)  # not a chain position: any head may follow
 
     async def activate(self, stored: StoredRelease) -> Release:
         """Serve a release just published in the artifact store, then record it in the
@@ -269,14 +271,24 @@ class ServingReleases:
                                    last_good=serving.release_id if serving else None)
 
     async def _swap(self, release: Release | StoredRelease) -> bool:
-        """Serve ``release`` unless it already serves; True when this call swapped it in."""
+        """Serve ``release`` unless it already serves; True when this call swapped it in.
+
+        Never back along the chain: a caller that read ``release`` as the head before a later one
+        was swapped in (the follower, ``serve_head``, while a rollback or a growth step published)
+        holds a stale head, and serving it would undo the newer release until the follower's
+        next round."""
         async with self._lock:
             serving = self._serving.get(release.scenario)
+            if serving is not None and release.sequence < self._sequences.get(release.scenario, 0):
+                log.info("%s: not serving release %s (#%d): release %s, later in the chain, serves already",
+                         release.scenario, release.release_id, release.sequence, serving.release_id)
+                return False
             swapped = serving is None or serving.release_id != release.release_id
             if swapped:
                 active = await asyncio.to_thread(self.chain.materialize, release)
                 await self.runtime.activate(active)
                 self._serving[release.scenario] = active
+            self._sequences[release.scenario] = release.sequence
             commit = release.commit if isinstance(release, StoredRelease) else release.git_commit
             self._commits[release.scenario] = commit or ""
             self.chain.refusals.served(release.scenario, release.sequence, commit)
