@@ -479,6 +479,15 @@ class LocalRuntime(Runtime):
 
     @staticmethod
     def _check_adapter_dir(release: ActiveRelease) -> None:
+        if release.path is not None and not release.path.is_dir():
+            # Without its directory the release would read as one without adapter/ and run on the
+            # base model under its name: the chain prunes old materialized releases, so one a
+            # request froze may be gone when its adapter, since unloaded, is needed again.
+            raise RuntimeCallError(
+                f"Release {release.release_id} of scenario {release.scenario!r} is no longer available here "
+                "(its files were removed, as those of releases swapped out long ago are); retry the request.",
+                status=503,
+            )
         adapter_dir = release.adapter_dir
         if adapter_dir is not None and not (adapter_dir / "adapter_config.json").is_file():
             raise RuntimeCallError(

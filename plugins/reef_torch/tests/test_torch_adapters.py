@@ -327,3 +327,22 @@ async def ask_on(rt, rel: ActiveRelease, text: str = "hello"):
                       body={"messages": [{"role": "user", "content": text}], "temperature": 0})
     out = await rt.complete(c)
     return out["choices"][0]["message"]["content"], c.extras["adapter"]
+
+
+@pytest.mark.asyncio
+async def test_a_frozen_release_whose_files_are_gone_is_refused_not_run_on_the_base(runtime, word_adapters, tmp_path):
+    """The chain keeps the newest few materialized releases (``KEEP_MATERIALIZED``): a request
+    frozen on a release that was swapped out, drained and pruned before the runtime took it up
+    found no ``adapter/`` and ran on the base model, while its record named the release."""
+    import shutil
+
+    r1 = release("s", "r1", tmp_path, word_adapters["banana"])
+    await runtime.activate(r1)
+    await runtime.activate(release("s", "r2", tmp_path, word_adapters["cherry"]))
+    assert loaded(runtime) == {"s@r2"}  # r1 drained
+    shutil.rmtree(r1.path)  # pruned by later swaps
+    with pytest.raises(RuntimeCallError, match="r1") as err:
+        await ask_on(runtime, r1)
+    assert err.value.status == 503
+    assert runtime.serving()["_draining"] == {} and loaded(runtime) == {"s@r2"}
+    assert await ask(runtime) == ("cherry", "s@r2")
