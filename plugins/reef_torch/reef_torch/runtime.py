@@ -266,15 +266,24 @@ class LocalRuntime(Runtime):
 
     def _load_adapter(self, name: str, path: Path) -> None:
         """Worker thread only: add adapter ``name`` to the serving model."""
-        from peft import PeftModel
+        from peft import PeftConfig, PeftModel
 
         engine = self.engine
         model = engine.model
         try:
             if hasattr(model, "peft_config"):
-                model.load_adapter(str(path), adapter_name=name, is_trainable=False)
-            else:
-                engine.model = PeftModel.from_pretrained(model, str(path), adapter_name=name, is_trainable=False)
+                loaded = model.load_adapter(str(path), adapter_name=name, is_trainable=False)
+            else:  # PeftModel.from_pretrained's two steps, to see what the load found
+                config = PeftConfig.from_pretrained(str(path))
+                config.inference_mode = True
+                engine.model = PeftModel(model, config, adapter_name=name)
+                loaded = engine.model.load_adapter(str(path), adapter_name=name, is_trainable=False)
+            missing = list(getattr(loaded, "missing_keys", None) or ())
+            if missing:
+                # peft only warns: the adapter's layers would serve at their initial (zero) update,
+                # answering as the base model under the release's name
+                raise ValueError(f"{len(missing)} of the adapter's LoRA weights are not in its file "
+                                 f"(for example {missing[0]}): its modules do not match this model's")
         except BaseException:
             # peft adds the adapter's layers before it reads the weights: a load that fails there
             # (weights of another base model, a missing file) leaves them behind, freshly

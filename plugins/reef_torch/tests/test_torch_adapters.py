@@ -259,10 +259,20 @@ def _misfit(rel: ActiveRelease) -> ActiveRelease:
     return rel
 
 
+def _renamed(rel: ActiveRelease) -> ActiveRelease:
+    """``rel`` with adapter weights named for modules this model does not have (peft only warns)."""
+    from safetensors.torch import load_file, save_file
+
+    weights = rel.adapter_dir / "adapter_model.safetensors"
+    save_file({k.replace(".layers.", ".blocks."): v for k, v in load_file(weights).items()}, weights)
+    return rel
+
+
 @pytest.mark.asyncio
+@pytest.mark.parametrize("spoil", [_misfit, _renamed], ids=["misshapen", "misnamed"])
 @pytest.mark.parametrize("first", [False, True], ids=["plain-model", "beside-an-adapter"])
 async def test_an_adapter_that_fails_to_load_leaves_nothing_behind_and_fails_again(runtime, word_adapters, tmp_path,
-                                                                                   first):
+                                                                                   first, spoil):
     """peft adds an adapter's layers before it reads the weights: a load that failed there left them
     (randomly initialized) in the model, and the next activation of that release, the follower's
     retry, skipped the load as done: the scenario then served those layers as the release (beside
@@ -271,7 +281,7 @@ async def test_an_adapter_that_fails_to_load_leaves_nothing_behind_and_fails_aga
         await runtime.activate(release("a", "r1", tmp_path, word_adapters["banana"]))
     before = loaded(runtime)
     base_answer, _ = await ask(runtime, scenario="other")
-    bad = _misfit(release("s", "bad", tmp_path, word_adapters["cherry"]))
+    bad = spoil(release("s", "bad", tmp_path, word_adapters["cherry"]))
     for _ in range(2):  # the follower retries the chain's head
         with pytest.raises(RuntimeCallError, match="Could not load the adapter"):
             await runtime.activate(bad)
