@@ -60,6 +60,10 @@ log = logging.getLogger("reef.commit")
 REF_PREFIX = "refs/reef/scenarios/"
 ZERO = "0" * 40
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+#: how often a publish tries to move a ref whose lock another git process holds, and the wait
+#: between tries (git itself waits ``core.filesRefLockTimeout``, 100 ms, in each)
+REF_LOCK_TRIES = 3
+REF_LOCK_WAIT_S = 0.2
 
 _ENV = {
     "GIT_CONFIG_NOSYSTEM": "1",
@@ -304,16 +308,37 @@ class GitArtifactStore(ArtifactStore):
             self._git("update-ref", "-m", message, scenario_ref(scenario), commit)
             self._manifests[commit] = dict(manifest)
             return StoredRelease(commit, dict(manifest))
-        status, _, _ = self._git("update-ref", "-m", message, scenario_ref(scenario), commit,
-                                   expected_head or ZERO, check=False)
-        if status != 0:
-            actual = self._resolve(scenario)
-            raise PublishConflict(
-                f"scenario {scenario!r} moved while this candidate was evaluated: expected head "
-                f"{expected_head or 'none'}, found {actual or 'none'}; nothing was published"
-            )
+        self._move_ref(scenario, commit, expected_head, message)
         self._manifests[commit] = dict(manifest)
         return StoredRelease(commit, dict(manifest))
+
+    def _move_ref(self, scenario: str, commit: str, expected_head: str | None, message: str) -> None:
+        """``git update-ref`` by compare-and-swap: PublishConflict when the ref moved away from
+        ``expected_head``. A ref that did not move but could not be locked (another git process
+        holds ``<ref>.lock`` past git's own wait, or a killed one left it behind) is retried for
+        a moment, then an ArtifactError naming the lock: no conflict, which would send the step
+        to retry its batch at once, over and over, against a head that never moved."""
+        ref = scenario_ref(scenario)
+        for attempt in range(REF_LOCK_TRIES):
+            status, out, err = self._git("update-ref", "-m", message, ref, commit, expected_head or ZERO, check=False)
+            if status == 0:
+                return
+            actual = self._resolve(scenario)
+            if actual == commit:  # cannot happen (a new commit), but then the swap did land
+                return
+            if actual != expected_head:
+                raise PublishConflict(
+                    f"scenario {scenario!r} moved while this candidate was evaluated: expected head "
+                    f"{expected_head or 'none'}, found {actual or 'none'}; nothing was published"
+                )
+            if attempt + 1 < REF_LOCK_TRIES:
+                time.sleep(REF_LOCK_WAIT_S)
+        why = (err or out).strip().splitlines()[0] if (err or out).strip() else f"exit status {status}"
+        lock = self.path / f"{ref}.lock"
+        hint = (f"; if no git process is working on {self.path}, a crashed one left {lock} behind: remove it"
+                if lock.exists() else "")
+        raise ArtifactError(f"could not move the release chain of {scenario!r} (its head did not move, nothing was "
+                            f"published): {why}{hint}")
 
     def _push(self, scenario: str, commit: str, expected_head: str | None) -> None:
         """Move the remote's scenario ref from ``expected_head`` to ``commit`` (compare-and-swap

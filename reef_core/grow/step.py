@@ -363,7 +363,7 @@ async def _publish(reef: Reef, plan: ScenarioPlan, candidate: Candidate, head: A
         return
     except Exception as exc:  # the candidate says why; whether the head moved anyway, the chain says
         reason = f"publishing failed: {type(exc).__name__}: {exc}"
-        log.exception("%s: %s", candidate.scenario, reason)
+        log.error("%s: %s", candidate.scenario, reason, exc_info=not isinstance(exc, ReefError))  # ours: one line
         result.outcome, result.reason = "error", reason
         if await _settle_failed_publish(reef, candidate.id, candidate.scenario, reason, returned):
             result.reason += "; the release reached the chain all the same and is recorded"

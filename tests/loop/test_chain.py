@@ -252,3 +252,52 @@ def test_two_servers_on_one_store_run_one_step_at_a_time(tmp_path):
     assert len(store.list_releases("default")) == 1
     assert [c.status for c in store.list_candidates("default")] == ["published"]
     store.close()
+
+
+def test_a_stale_ref_lock_is_a_clear_error_not_a_conflict(chain, tmp_path):
+    """A git process killed while moving a scenario's ref leaves ``<ref>.lock`` behind: every
+    publish then fails. The head did not move, so that is no conflict (a conflict sends the
+    step to retry its batch at once on a "new" head, which here never changes): an error that
+    names the lock file, and publishing works again once it is removed."""
+    first = chain.record(chain.publish("s", _artifact(tmp_path / "a", "- one\n"), expected_head=None))
+    lock = chain.artifacts.path / f"{scenario_ref('s')}.lock"
+    lock.write_text("")
+    with pytest.raises(ArtifactError, match=r"head did not move.*s\.lock behind: remove it") as err:
+        chain.publish("s", _artifact(tmp_path / "b", "- two\n"), expected_head=first.release_id)
+    assert not isinstance(err.value, PublishConflict) and "\n" not in str(err.value)
+    assert [s.release_id for s in chain.artifacts.history("s")] == [first.release_id]
+    with pytest.raises(PublishConflict):  # a stale expected head is still a conflict, lock or not
+        chain.publish("s", tmp_path / "b", expected_head=None)
+    lock.unlink()
+    second = chain.record(chain.publish("s", tmp_path / "b", expected_head=first.release_id))
+    assert second.sequence == 2
+
+
+def test_a_growth_step_facing_a_stale_ref_lock_ends_in_error(tmp_path, caplog):
+    """The step ends in ``error`` naming the lock (a ``conflict`` would make the worker retry the
+    batch at once, spending its attempts against a head that never moved), and says so in one
+    log line, without a traceback."""
+    class Down:
+        url, dialect = "http://127.0.0.1:9", "openai"
+
+    config = feedback_rules_config(loop_enabled=False, evaluator={"name": "always"}, batch_size=1)
+    settings = settings_for(tmp_path, Down, config)
+    reef = build_reef(settings, get_plugins(), background=False)
+    _seed(reef.store, "default", 1)
+
+    async def grow():
+        await reef.start()
+        try:
+            lock = reef.releases.artifacts.path / f"{scenario_ref('default')}.lock"
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            lock.write_text("")
+            return await reef.learning.grow("default")
+        finally:
+            await reef.stop()
+
+    result = asyncio.run(grow())
+    assert result.outcome == "error" and "remove it" in result.reason, result
+    assert [c.status for c in reef.store.list_candidates("default")] == ["error"]
+    assert reef.store.list_releases("default") == []
+    said = [r for r in caplog.records if "publishing failed" in r.getMessage()]
+    assert len(said) == 1 and not said[0].exc_info and "\n" not in said[0].getMessage()
