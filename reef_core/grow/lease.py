@@ -42,6 +42,8 @@ log = logging.getLogger("reef.grow")
 UNSETTLED = ("proposed", "evaluating", "selected")
 #: how often ``Leases.hold`` tries again while it may wait for a lease
 ACQUIRE_RETRY_S = 0.1
+#: seconds between tries of a ``LeaseListener`` whose database went away
+LISTEN_RETRY_S = 2.0
 INTERRUPTED_REASON = ("interrupted: the growth step that made this candidate stopped before publishing it "
                       "(its server stopped or lost the scenario's growth lease); its experience returns to "
                       "the pool under the return rule")
@@ -256,13 +258,22 @@ class LeaseListener:
         from sqlalchemy.engine import make_url
 
         dsn = make_url(self.url).set(drivername="postgresql").render_as_string(hide_password=False)
+        down = False  # while the database is away: one line when it goes, one when it is back
         while not self._stop.is_set():
             try:
                 with psycopg.connect(dsn, autocommit=True) as conn:
                     conn.execute(f"LISTEN {LEASE_CHANNEL}")
+                    if down:
+                        log.warning("listening for growth lease releases again")
+                        down = False
                     while not self._stop.is_set():
                         for note in conn.notifies(timeout=1.0):
                             self.on_release(note.payload)
-            except Exception:  # the database went away: listen again shortly
-                log.warning("listening for growth lease releases failed; retrying", exc_info=True)
-                self._stop.wait(2.0)
+            except Exception as exc:  # the database went away: listen again shortly
+                if not down:
+                    first = (str(exc).strip().splitlines() or [""])[0][:300]
+                    log.warning("listening for growth lease releases failed (%s: %s); retrying every %.0f s "
+                                "(growth triggers fall back to loop.lease_poll_s meanwhile)",
+                                type(exc).__name__, first, LISTEN_RETRY_S)
+                    down = True
+                self._stop.wait(LISTEN_RETRY_S)

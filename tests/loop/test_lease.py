@@ -258,3 +258,25 @@ def test_a_slow_renewal_keeps_the_lease_and_warns(store, caplog):
         assert asyncio.run(held()) is False
     assert any("renewing the growth lease started" in r.getMessage() and "took 1.5 s" in r.getMessage()
                for r in caplog.records), [r.getMessage() for r in caplog.records]
+
+
+def test_the_lease_listener_says_once_in_one_line_that_the_database_is_away(monkeypatch, caplog):
+    """A PostgreSQL that is down (restarting, unreachable) makes the listener retry every
+    ``LISTEN_RETRY_S``: one warning line when it goes, no traceback, not one per retry."""
+    import socket
+
+    from reef_core.grow import lease
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setattr(lease, "LISTEN_RETRY_S", 0.05, raising=False)
+    listener = lease.LeaseListener(f"postgresql+psycopg://reef@127.0.0.1:{port}/nothing", lambda _: None)
+    with caplog.at_level("WARNING", logger="reef.grow"):
+        listener.start()
+        time.sleep(2.3)  # dozens of retries (and more than one before the fix, which waited 2 s)
+        listener.stop()
+    said = [r for r in caplog.records if "listening for growth lease releases" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in said]
+    assert not said[0].exc_info and "\n" not in said[0].getMessage()
+    assert "OperationalError" in said[0].getMessage()
