@@ -164,7 +164,13 @@ class GitArtifactStore(ArtifactStore):
                 if (self.lfs_url or self.remote).startswith("file://"):
                     # git-lfs >= 3 picks this agent for file:// by itself; 2.x needs it named
                     wanted[("lfs", "standalonetransferagent")] = "lfs-standalone-file"
-            repo = git.Repo(self.path)
+            try:
+                repo = git.Repo(self.path)
+            except (git.exc.InvalidGitRepositoryError, git.exc.NoSuchPathError):
+                raise ArtifactError(
+                    f"the artifact store {self.path} is not a git repository git can open (a damaged HEAD, "
+                    f"objects/ or refs/; its HEAD holds {_head_text(self.path)}); restore it from a backup, or "
+                    f"write 'ref: refs/heads/master' into {self.path / 'HEAD'} if only that file was damaged") from None
             try:
                 reader = repo.config_reader("repository")
                 # gitpython reads "0"/"true" back as 0/True, hence the comparison as lowercase text
@@ -444,6 +450,15 @@ def _redact(url: str | None) -> str:
     if not parts.password:
         return url or ""
     return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)))
+
+
+def _head_text(path: Path) -> str:
+    """What ``path``'s HEAD file holds, for a message."""
+    try:
+        text = (path / "HEAD").read_bytes()[:60]
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return repr(text.decode(errors="replace")) if text else "nothing"
 
 
 def _config_text(value: Any) -> str:

@@ -301,3 +301,26 @@ def test_a_growth_step_facing_a_stale_ref_lock_ends_in_error(tmp_path, caplog):
     assert reef.store.list_releases("default") == []
     said = [r for r in caplog.records if "publishing failed" in r.getMessage()]
     assert len(said) == 1 and not said[0].exc_info and "\n" not in said[0].getMessage()
+
+
+def test_a_damaged_repository_head_is_one_clear_line(tmp_path):
+    """A HEAD file left empty (a crash of the machine while it was written, a bad restore): the
+    CLI and the server say in one line what is wrong and how to repair it, not a traceback."""
+    import os
+    import sys
+
+    store = RecordStore(f"sqlite:///{tmp_path / 'reef.db'}")
+    chain = ReleaseChain(GitArtifactStore(state_dir=tmp_path), store, tmp_path / "releases")
+    chain.record(chain.publish("default", _artifact(tmp_path / "a", "- one\n"), expected_head=None))
+    store.close()
+    (tmp_path / "artifacts.git" / "HEAD").write_text("")
+    with pytest.raises(ArtifactError, match="not a git repository git can open.*HEAD holds nothing"):
+        GitArtifactStore(state_dir=tmp_path).heads()
+    env = {**os.environ, "REEF_PLUGINS": ""}
+    p = subprocess.run([sys.executable, "-m", "reef_core", "releases", f"server.state_dir={tmp_path}",
+                        "runtime.upstream_url=http://127.0.0.1:9", "--force"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.startswith("Error: the artifact store") and p.stderr.count("\n") == 1, p.stderr
+    (tmp_path / "artifacts.git" / "HEAD").write_text("ref: refs/heads/master\n")  # the repair it names
+    assert list(GitArtifactStore(state_dir=tmp_path).heads()) == ["default"]
