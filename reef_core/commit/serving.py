@@ -96,6 +96,8 @@ class ServingReleases:
         self._serving: dict[str, ActiveRelease] = {}
         self._commits: dict[str, str] = {}  # scenario → chain head dealt with: served, or refused
         self._sequences: dict[str, int] = {}  # scenario → position in its chain of the release ``_swap`` served
+        #: scenario → a release served here whose row could not be written: announced once recorded
+        self._unannounced: dict[str, str] = {}
         self._lock = asyncio.Lock()  # one swap at a time: publisher and follower never both announce
         self._tasks: list[asyncio.Task] = []
 
@@ -145,7 +147,17 @@ class ServingReleases:
         database (the order crash recovery relies on) and announce it."""
         swapped = await self._swap(stored)
         fault_point("served")
-        row = await asyncio.to_thread(self.chain.record, stored)
+        try:
+            row = await asyncio.to_thread(self.chain.record, stored)
+        except BaseException:
+            # the database did not take the row (it went away, say): the follower, which skips a
+            # head this process dealt with, must look at this one again, record it from the store
+            # once the database answers (``reconcile``) and announce it then
+            if self._commits.get(stored.scenario) == stored.commit:
+                self._commits.pop(stored.scenario, None)
+            if swapped:
+                self._unannounced[stored.scenario] = stored.release_id
+            raise
         if swapped:
             self._on_published(row)
         return row
@@ -307,8 +319,10 @@ class ServingReleases:
                         if head is not None and self._commits.get(scenario) != head.git_commit:
                             log.info("%s: following release %s published elsewhere", scenario, head.release_id)
                             try:
-                                if await self._swap(head):
+                                swapped = await self._swap(head)
+                                if swapped or self._unannounced.get(scenario) == head.release_id:
                                     self._on_published(head)
+                                self._unannounced.pop(scenario, None)
                             except ReleaseRefused as exc:
                                 self._refuse(head, exc)
                         if self.chain.refusals.get(scenario) is not None:
