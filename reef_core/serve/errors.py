@@ -156,6 +156,26 @@ def disk_full(exc: BaseException) -> bool:
     return False
 
 
+#: SQLAlchemy's errors for a database that cannot be reached or went away (``store_unavailable``)
+STORE_DOWN = ("OperationalError", "InterfaceError", "DisconnectionError")
+
+
+def store_unavailable(exc: BaseException) -> str | None:
+    """One line saying why the record store could not be reached, when ``exc`` is a database that
+    went away or cannot be connected to (PostgreSQL restarting or unreachable, a SQLite file
+    locked past its busy timeout); None for any other error."""
+    from sqlalchemy import exc as sa_exc
+
+    if not isinstance(exc, tuple(getattr(sa_exc, kind) for kind in STORE_DOWN)) or disk_full(exc):
+        return None
+    cause = getattr(exc, "orig", None) or exc
+    try:
+        first = (str(cause).strip().splitlines() or [""])[0][:300]
+    except Exception:  # noqa: BLE001 - a message that cannot be formatted
+        first = ""
+    return f"{type(cause).__name__}: {first}" if first else type(cause).__name__
+
+
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     errors = exc.errors()
     if not errors:
@@ -249,6 +269,22 @@ def install_error_handlers(app: FastAPI) -> None:
         _count(request, 400)
         return error_response(dialect_of(request), 400, "the request nests objects and arrays too deeply "
                                                         "(server.max_json_depth)")
+
+    async def store_down(request: Request, exc: Exception) -> Response:
+        # a database that went away: retryable, and the same for every request while it lasts,
+        # so one line each (handled here, not by the catch-all, which logs a traceback)
+        down = store_unavailable(exc)
+        if down is None:
+            return await internal_error(request, exc)
+        log.error("%s %s failed: the record store is unavailable (%s)", request.method, request.url.path, down)
+        _count(request, 503)
+        return error_response(dialect_of(request), 503, "the record store is unavailable; retry shortly (the "
+                                                        "server log says why)")
+
+    from sqlalchemy import exc as sa_exc
+
+    for kind in STORE_DOWN:
+        app.add_exception_handler(getattr(sa_exc, kind), store_down)
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> Response:

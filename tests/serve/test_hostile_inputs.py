@@ -191,6 +191,38 @@ def test_grow_on_a_full_disk_is_507_not_500(reef, monkeypatch):
     assert "disk is full" in r.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("route", ["/reef/report", "/reef/scenarios/default/grow", "/reef/scenarios/default"])
+def test_a_record_store_that_went_away_is_a_503_in_one_log_line(reef, monkeypatch, caplog, route):
+    """PostgreSQL restarting or unreachable: every route that needs the store answers 503 (retry)
+    in one log line each, not a 500 with a traceback per request for as long as the outage lasts
+    (the catch-all handler's traceback, and uvicorn's "Exception in ASGI application" after it)."""
+    from sqlalchemy.exc import OperationalError
+
+    def down(*args, **kwargs):
+        raise OperationalError("SELECT 1", {}, Exception('connection failed: connection to server at "127.0.0.1", '
+                                                         "port 5432 failed: Connection refused\n\tIs the server "
+                                                         "running on that host?"))
+
+    for name in ("add_report", "get_record", "get_records", "head_release", "list_releases", "scenario_names",
+                 "scenario_counts", "candidates_with_status"):
+        if hasattr(reef.store, name):
+            monkeypatch.setattr(reef.store, name, down)
+    monkeypatch.setattr(reef.reef.learning, "grow", lambda *a, **k: down())
+    client = reef.client()
+    with caplog.at_level("ERROR"):
+        if route == "/reef/report":
+            r = client.post(route, json={"score": 1, "references": ["rec_01a2494491925197fbe181de9521afeb"]})
+        elif route.endswith("/grow"):
+            r = client.post(route)
+        else:
+            r = client.get(route)
+    assert r.status_code == 503, r.text
+    assert r.json()["error"]["message"].startswith("the record store is unavailable; retry shortly")
+    said = [rec for rec in caplog.records if rec.levelname == "ERROR"]
+    assert len(said) == 1 and not said[0].exc_info, [rec.getMessage() for rec in said]
+    assert "Connection refused" in said[0].getMessage() and "\n" not in said[0].getMessage()
+
+
 # ---------------------------------------------------------------------------- supervision
 
 
