@@ -286,6 +286,13 @@ def install_error_handlers(app: FastAPI) -> None:
     for kind in STORE_DOWN:
         app.add_exception_handler(getattr(sa_exc, kind), store_down)
 
+    async def os_error(request: Request, exc: Exception) -> Response:
+        # a full disk is one line (``internal_error``); registered for its class so Starlette does not
+        # hand it on to the server's own log as well, as it does whatever the catch-all handler answered
+        return await internal_error(request, exc)
+
+    app.add_exception_handler(OSError, os_error)
+
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> Response:
         if disk_full(exc):
