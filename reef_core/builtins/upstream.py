@@ -10,7 +10,8 @@ concurrency). The runtime speaks
 with ``response.completed``/``incomplete``/``failed``); the server translates clients of the others.
 Errors: a connection that cannot be made or times out is ``RuntimeUnavailable`` (502); an
 error status from the upstream is ``RuntimeCallError`` with that status and the upstream's
-message; a stream that ends without its terminal event (``data: [DONE]`` / ``message_stop``)
+message (an error object answered with a success status, as some gateways do, is such an
+error too, with status 502); a stream that ends without its terminal event (``data: [DONE]`` / ``message_stop``)
 raises, so the server records it as incomplete. An error event inside a stream raises after
 the events that arrived before it were yielded, so the partial answer reaches the client.
 An answer whose decoded body passes ``max_response_bytes`` (64 MiB by default; streamed or
@@ -330,6 +331,10 @@ class UpstreamRuntime(Runtime):
             raise RuntimeCallError("upstream answered with a body that is not JSON", status=502) from None
         if not isinstance(body, dict):
             raise RuntimeCallError("upstream answered with JSON that is not an object", status=502)
+        if (message := self._error_in(body)) is not None:
+            # an error answered with a success status (some gateways do): an error, as the same
+            # object inside a stream is, not an empty answer recorded as ok
+            raise RuntimeCallError(f"upstream answered {resp.status} with an error: {message}", status=502, body=body)
         return body
 
     async def stream(self, call: InferenceCall) -> AsyncIterator[dict[str, Any]]:
@@ -395,12 +400,20 @@ class UpstreamRuntime(Runtime):
                                    status=502) from None
         if not isinstance(event, dict):
             return None
-        if event.get("type") == "error" or (self.dialect == "openai" and "error" in event
-                                            and "choices" not in event):
-            err = event.get("error")
-            msg = err.get("message") if isinstance(err, dict) else err or event.get("message")
+        if (msg := self._error_in(event)) is not None:
             raise RuntimeCallError(f"upstream stream error: {msg}", status=502, body=event)
         return event
+
+    def _error_in(self, body: dict[str, Any]) -> str | None:
+        """The message of ``body`` when it is an error object rather than an answer (or a stream
+        event) of the dialect: ``{"type": "error", ...}`` in any, an ``error`` without
+        ``choices`` from a Chat Completions upstream; else None."""
+        if not (body.get("type") == "error" or (self.dialect == "openai" and "error" in body
+                                                 and "choices" not in body)):
+            return None
+        err = body.get("error")
+        msg = err.get("message") if isinstance(err, dict) else err or body.get("message")
+        return str(msg)
 
 
 async def _sse_batches(resp: UpstreamResponse) -> AsyncIterator[list[bytes]]:
