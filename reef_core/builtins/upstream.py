@@ -23,6 +23,8 @@ and the server log (operators) names the host, without credentials. Credentials 
 ``upstream_url`` (``https://user:password@host/v1``) are taken out of the URL and sent as
 HTTP Basic auth (what ``user:password@`` means for HTTP, as in curl and httpx); a bearer key
 belongs in ``api_key``, and setting both is a configuration error.
+Nor do the credentials themselves: ``api_key`` and URL credentials quoted in an upstream's error (some
+echo the key they were sent) are replaced with ``[redacted]`` in the error's message and body.
 
 TLS: one ``ssl.SSLContext`` (``reef_core.kit.tls``), built in the constructor from
 ``upstream_ca_bundle``, ``upstream_client_cert``/``upstream_client_key`` and
@@ -87,6 +89,20 @@ def _error_message(status: int, content: bytes) -> tuple[str, dict[str, Any] | N
     if isinstance(err, str):
         return err, body
     return f"upstream answered {status}", body if isinstance(body, dict) else None
+
+
+def _redact(value: Any, secrets: list[str]) -> Any:
+    """``value`` (text, or JSON of dicts and lists) with every one of ``secrets`` replaced."""
+    if isinstance(value, str):
+        for secret in secrets:
+            if secret in value:
+                value = value.replace(secret, "[redacted]")
+        return value
+    if isinstance(value, dict):
+        return {_redact(k, secrets): _redact(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact(v, secrets) for v in value]
+    return value
 
 
 def _address_problem(url: str) -> str | None:
@@ -186,6 +202,11 @@ class UpstreamRuntime(Runtime):
             headers["authorization"] = f"Bearer {api_key}"
         if credentials:
             headers["authorization"] = basic_auth(credentials)
+        #: what an upstream error must not carry to clients and records (an upstream may quote the
+        #: key it was sent: "Incorrect API key provided: sk-…"); short values are left alone
+        self._secrets = sorted({v for v in (str(api_key) if api_key else None, *(credentials or ()),
+                                            headers.get("authorization", "").partition(" ")[2] or None)
+                                if v and len(v) >= 6}, key=len, reverse=True)
         self._headers = list(headers.items())
         self._stream_headers = list({**headers, "accept": "text/event-stream"}.items())
         self._timeout_ext = self.timeout.as_dict()
@@ -291,8 +312,18 @@ class UpstreamRuntime(Runtime):
         except httpx.HTTPError as exc:
             raise self._unavailable("is unreachable", exc) from None
 
+    def _redacted(self, exc: RuntimeCallError) -> RuntimeCallError:
+        """``exc`` with the runtime's own credentials taken out of its message and body."""
+        if self._secrets:
+            exc.args = tuple(_redact(a, self._secrets) for a in exc.args)
+            exc.body = _redact(exc.body, self._secrets)
+        return exc
+
     async def complete(self, call: InferenceCall) -> dict[str, Any]:
-        return await self._answer(await self._send(call.body, self._headers))
+        try:
+            return await self._answer(await self._send(call.body, self._headers))
+        except RuntimeCallError as exc:
+            raise self._redacted(exc) from None
 
     async def retrieve(self, response_id: str) -> dict[str, Any]:
         """``GET /v1/responses/{id}`` at a Responses upstream: a response the provider stored
@@ -308,7 +339,10 @@ class UpstreamRuntime(Runtime):
             raise self._unavailable("timed out", exc) from None
         except httpx.HTTPError as exc:
             raise self._unavailable("is unreachable", exc) from None
-        return await self._answer(resp)
+        try:
+            return await self._answer(resp)
+        except RuntimeCallError as exc:
+            raise self._redacted(exc) from None
 
     async def _answer(self, resp: UpstreamResponse) -> dict[str, Any]:
         """The JSON object of a whole (non-streamed) upstream answer, or the error it is."""
@@ -381,6 +415,8 @@ class UpstreamRuntime(Runtime):
                     yield batch
             if not terminal:
                 raise RuntimeCallError("upstream stream ended before its final event", status=502)
+        except RuntimeCallError as exc:
+            raise self._redacted(exc) from None
         except ResponseTooLarge as exc:
             raise self._too_large(exc) from None
         except httpx.TimeoutException as exc:
