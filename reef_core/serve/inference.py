@@ -135,10 +135,12 @@ def _finish_reason(response: Any) -> str | None:
     if not isinstance(response, dict):
         return None
     if response.get("object") == "response":  # the Responses API: from the status and the output
-        if any(isinstance(i, dict) and i.get("type") == "function_call" for i in response.get("output") or []):
+        output = response.get("output")
+        if isinstance(output, list) and any(isinstance(i, dict) and i.get("type") == "function_call"
+                                            for i in output):
             return "tool_calls"
-        incomplete = response.get("incomplete_details") or {}
-        return "length" if incomplete.get("reason") == "max_output_tokens" else \
+        incomplete = response.get("incomplete_details")
+        return "length" if isinstance(incomplete, dict) and incomplete.get("reason") == "max_output_tokens" else \
             ("stop" if response.get("status") == "completed" else None)
     reason = response.get("stop_reason")
     if reason is None:
@@ -360,8 +362,15 @@ class _StreamJob:
 
     def record(self, status: str, error: str | None = None) -> Record:
         self.recorded = True
-        return self.ex.record(self.call, self.state.runtime_name, status=status,
-                              response=self.assembler.result(), error=error)
+        try:
+            response = self.assembler.result()
+        except Exception as exc:  # events of shapes no answer has (a hostile upstream): still a record
+            log.warning("could not assemble the answer of %s: %s: %s", self.ex.record_id, type(exc).__name__, exc)
+            response = None
+            status = "error" if status == "ok" else status
+            error = (f"{error}; " if error else "") + (f"the streamed events do not assemble into an answer "
+                                                       f"({type(exc).__name__}: {exc})")
+        return self.ex.record(self.call, self.state.runtime_name, status=status, response=response, error=error)
 
     async def finalize(self) -> None:
         if self.closed:

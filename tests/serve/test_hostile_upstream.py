@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from raw_upstream import RawUpstream, http
+from raw_upstream import RawUpstream, http, sse_head
 
 from reef_core.testing import ReefServer
 
@@ -88,3 +88,83 @@ def test_url_credentials_quoted_in_a_stream_error_are_redacted(rig):
     record = reef.wait_record(r.headers["x-reef-agent-record-id"])
     assert "s3cret-pass" not in record.error
     assert up.requests[0][1]["authorization"].startswith("Basic ")
+
+
+def _chunk(delta: dict, finish: str | None = None) -> bytes:
+    chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+def _usage_chunk(usage: dict) -> bytes:
+    chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [], "usage": usage}
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+BAD_USAGE = {"prompt_tokens": "3", "completion_tokens": -2, "total_tokens": None,
+             "prompt_tokens_details": "none"}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("client", ["openai", "anthropic", "responses"])
+def test_usage_that_is_no_count_still_leaves_a_record(rig, client, stream):
+    """Token counts as strings, negative or null: the answer and its record are kept, the
+    counts that are no count read as 0 (before, the record could not be built: a 500 and no
+    record, or a stream whose record was lost)."""
+    def script(path, body):
+        if body.get("stream"):
+            return [sse_head(), _chunk({"role": "assistant", "content": "hello"}), _chunk({}, "stop"),
+                    _usage_chunk(BAD_USAGE), b"data: [DONE]\n\n"]
+        answer = {"id": "c1", "object": "chat.completion", "created": 1, "model": "m", "usage": BAD_USAGE,
+                  "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}]}
+        return [http(200, json.dumps(answer).encode())]
+
+    _, reef = rig("openai", script)
+    route, body = ROUTES[client]
+    r = reef.client().post(route, json={**body, "stream": stream})
+    receipt = r.headers["x-reef-agent-record-id"]
+    record = reef.wait_record(receipt)
+    if client == "openai":  # the same dialect: the answer goes through, its usage as sent
+        assert r.status_code == 200 and "hello" in r.text and "error" not in r.text
+        assert record.status == "ok" and record.finish_reason == "stop"
+        assert record.usage == {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+    else:  # translated, the counts cannot be: an error in the client's shape, recorded as one
+        assert r.status_code in (200, 502) and "internal server error" not in r.text
+        assert record.status in ("ok", "error", "incomplete")
+
+
+@pytest.mark.parametrize("shape", ["details", "usage", "output"])
+def test_an_odd_responses_answer_passed_through_still_leaves_a_record(rig, shape):
+    """A Responses client before a Responses upstream gets the upstream's answer as it is; the
+    record's finish reason and usage are read from it without failing on odd fields."""
+    answer = {"id": "resp_1", "object": "response", "status": "completed", "model": "m",
+              "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hi"}]}],
+              "usage": {"input_tokens": 2, "output_tokens": 3}}
+    if shape == "details":
+        answer.update(status="incomplete", incomplete_details="max_output_tokens")
+    elif shape == "usage":
+        answer["usage"] = {"input_tokens": 2, "output_tokens": 3, "input_tokens_details": "none"}
+    else:
+        answer["output"] = 7
+    _, reef = rig("responses", lambda path, body: [http(200, json.dumps(answer).encode())])
+    r = reef.client().post("/v1/responses", json=RESP)
+    assert r.status_code == 200 and r.json()["id"] == "resp_1"
+    record = reef.wait_record(r.headers["x-reef-agent-record-id"])
+    assert record.status == "ok"
+    assert record.usage == {"input_tokens": 2, "output_tokens": 3, "total_tokens": 5}
+
+
+@pytest.mark.parametrize("shape", ["content", "index"])
+def test_stream_events_that_do_not_assemble_still_leave_a_record(rig, shape):
+    """Chunks the client takes as they come but that fold into no answer (content that is not
+    text, tool-call indices of mixed types): before, the stream's record was lost."""
+    if shape == "content":
+        events = [_chunk({"role": "assistant", "content": 5})]
+    else:
+        events = [_chunk({"tool_calls": [{"index": 0, "id": "a", "function": {"name": "f", "arguments": "{}"}}]}),
+                  _chunk({"tool_calls": [{"index": "1", "id": "b", "function": {"name": "g", "arguments": "{}"}}]})]
+    _, reef = rig("openai", lambda path, body: [sse_head(), *events, _chunk({}, "stop"), b"data: [DONE]\n\n"])
+    r = reef.client().post("/v1/chat/completions", json={**CHAT, "stream": True})
+    assert r.status_code == 200
+    record = reef.wait_record(r.headers["x-reef-agent-record-id"])
+    assert record.status == "error" and "do not assemble" in record.error and record.response is None

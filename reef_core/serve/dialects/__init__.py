@@ -108,16 +108,6 @@ def stream_assembler(dialect: str) -> Any:
 
 def usage_summary(body: Any, dialect: str) -> dict[str, Any] | None:
     """Usage of a response in one shape for records: input/output/total tokens (+ cached)."""
-    if dialect == "responses":
-        usage = body.get("usage") if isinstance(body, dict) else None
-        if not isinstance(usage, dict):
-            return None
-        cached = (usage.get("input_tokens_details") or {}).get("cached_tokens") or 0
-        inp, out = usage.get("input_tokens") or 0, usage.get("output_tokens") or 0
-        summary: dict[str, Any] = {"input_tokens": inp, "output_tokens": out, "total_tokens": inp + out}
-        if cached:
-            summary["cached_input_tokens"] = cached
-        return summary
     return _usage_summary(body, dialect)
 
 

@@ -68,21 +68,43 @@ def anthropic_usage(usage: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+def tokens(value: Any) -> int:
+    """A token count as an upstream reported it, or 0 for what is no count (absent, a string,
+    a boolean, negative, not finite): a record's usage is built from whatever the upstream sent
+    and must not fail on it (the whole record would be lost)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0 or value == float("inf"):
+        return 0
+    return int(value)
+
+
+def _field(usage: dict[str, Any], key: str, sub: str) -> Any:
+    part = usage.get(key)
+    return part.get(sub) if isinstance(part, dict) else None
+
+
 def usage_summary(body: Any, dialect: str) -> dict[str, Any] | None:
-    """Usage of a response in one shape for records: input/output/total tokens (+ cached)."""
+    """Usage of a response in one shape for records: input/output/total tokens (+ cached).
+    ``dialect``: ``openai`` (``prompt_tokens`` …, cached in ``prompt_tokens_details``),
+    ``responses`` (``input_tokens`` …, cached in ``input_tokens_details``) or ``anthropic``
+    (cache reads and writes count as input). Counts that are no count are taken as 0."""
     if not isinstance(body, dict):
         return None
     usage = body.get("usage")
     if not isinstance(usage, dict):
         return None
     if dialect == "openai":
-        usage = anthropic_usage(usage)
-    inp = (usage.get("input_tokens") or 0) + (usage.get("cache_read_input_tokens") or 0) \
-        + (usage.get("cache_creation_input_tokens") or 0)
-    out = usage.get("output_tokens") or 0
+        inp, out = tokens(usage.get("prompt_tokens")), tokens(usage.get("completion_tokens"))
+        cached = tokens(_field(usage, "prompt_tokens_details", "cached_tokens"))
+    elif dialect == "responses":
+        inp, out = tokens(usage.get("input_tokens")), tokens(usage.get("output_tokens"))
+        cached = tokens(_field(usage, "input_tokens_details", "cached_tokens"))
+    else:
+        cached = tokens(usage.get("cache_read_input_tokens"))
+        inp = tokens(usage.get("input_tokens")) + cached + tokens(usage.get("cache_creation_input_tokens"))
+        out = tokens(usage.get("output_tokens"))
     summary: dict[str, Any] = {"input_tokens": inp, "output_tokens": out, "total_tokens": inp + out}
-    if usage.get("cache_read_input_tokens"):
-        summary["cached_input_tokens"] = usage["cache_read_input_tokens"]
+    if cached:
+        summary["cached_input_tokens"] = cached
     return summary
 
 
