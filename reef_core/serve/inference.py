@@ -245,7 +245,10 @@ async def complete(state: ServeState, ex: Exchange, receive: Any = None) -> Resp
         except Exception as exc:
             submitted = True
             return await _fail(state, ex, call, exc)
-        record = ex.record(call, state.runtime_name, status="ok", response=body)
+        # a Responses client gets a Responses upstream's answer as it is, a failed one too (as a
+        # stream's response.failed event): the record says it failed
+        failed = _failure_message(body) if ex.dialect == "responses" and body.get("status") == "failed" else None
+        record = ex.record(call, state.runtime_name, status="error" if failed else "ok", response=body, error=failed)
         submitted = True
         try:
             await state.writer.write(record)
@@ -254,7 +257,7 @@ async def complete(state: ServeState, ex: Exchange, receive: Any = None) -> Resp
             state.metrics.record_failures.inc()
             return error_response(ex.dialect, 503, "the answer could not be recorded durably, so it is "
                                                     "withheld; retry the request", headers=ex.headers())
-        state.metrics.requests.labels(ex.route, ex.scenario, "ok").inc()
+        state.metrics.requests.labels(ex.route, ex.scenario, "error" if failed else "ok").inc()
         state.metrics.latency.labels(ex.route, "false").observe(time.perf_counter() - ex.started)
         return Response(jsonfast.dumps(body), media_type="application/json", headers=ex.headers())
     except asyncio.CancelledError:  # cut at shutdown: the attempt is recorded, the client told
@@ -330,7 +333,12 @@ def _failed_response(final: dict[str, Any] | None) -> str | None:
     event itself goes to the client as sent), or None."""
     if final is None or final.get("type") != "response.failed":
         return None
-    error = (final.get("response") or {}).get("error")
+    return _failure_message(final.get("response"))
+
+
+def _failure_message(response: Any) -> str:
+    """The record's error for a Responses ``response`` that ``failed``."""
+    error = response.get("error") if isinstance(response, dict) else None
     message = error.get("message") if isinstance(error, dict) else None
     return f"the upstream response failed: {message or 'no reason given'}"
 

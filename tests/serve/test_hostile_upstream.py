@@ -168,3 +168,24 @@ def test_stream_events_that_do_not_assemble_still_leave_a_record(rig, shape):
     assert r.status_code == 200
     record = reef.wait_record(r.headers["x-reef-agent-record-id"])
     assert record.status == "error" and "do not assemble" in record.error and record.response is None
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_failed_responses_answer_is_recorded_as_an_error_streamed_or_not(rig, stream):
+    """A Responses upstream's ``status: failed`` goes to a Responses client as it is; the record
+    is an error either way (before, only the streamed one was)."""
+    failed = {"id": "resp_1", "object": "response", "status": "failed", "model": "m", "output": [],
+              "error": {"code": "server_error", "message": "the engine fell over"}}
+
+    def script(path, body):
+        if not body.get("stream"):
+            return [http(200, json.dumps(failed).encode())]
+        events = [{"type": "response.created", "sequence_number": 0, "response": {**failed, "status": "in_progress"}},
+                  {"type": "response.failed", "sequence_number": 1, "response": failed}]
+        return [sse_head(), *(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)]
+
+    _, reef = rig("responses", script)
+    r = reef.client().post("/v1/responses", json={**RESP, "stream": stream})
+    assert r.status_code == 200 and "the engine fell over" in r.text
+    record = reef.wait_record(r.headers["x-reef-agent-record-id"])
+    assert record.status == "error" and "the engine fell over" in record.error
