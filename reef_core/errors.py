@@ -64,13 +64,16 @@ class RuntimeCallError(ReefError):
     """The model runtime answered with an error.
 
     ``status`` is the HTTP status to relay; ``body`` the provider-shaped error body, when
-    the runtime gave one.
+    the runtime gave one; ``headers`` the response headers to relay with it (``retry-after``
+    of a 429 or 503, which clients' retries wait on).
     """
 
-    def __init__(self, message: str, *, status: int = 502, body: dict | None = None):
+    def __init__(self, message: str, *, status: int = 502, body: dict | None = None,
+                 headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status = status
         self.body = body
+        self.headers = headers
 
 
 class RuntimeUnavailable(RuntimeCallError):

@@ -11,7 +11,8 @@ with ``response.completed``/``incomplete``/``failed``); the server translates cl
 Errors: a connection that cannot be made or times out is ``RuntimeUnavailable`` (502); an
 error status from the upstream is ``RuntimeCallError`` with that status and the upstream's
 message (an error object answered with a success status, as some gateways do, is such an
-error too, with status 502); a stream that ends without its terminal event (``data: [DONE]`` / ``message_stop``)
+error too, with status 502), and its ``retry-after`` / ``retry-after-ms`` headers go to the client
+with it; a stream that ends without its terminal event (``data: [DONE]`` / ``message_stop``)
 raises, so the server records it as incomplete. An error event inside a stream raises after
 the events that arrived before it were yielded, so the partial answer reaches the client.
 An answer whose decoded body passes ``max_response_bytes`` (64 MiB by default; streamed or
@@ -89,6 +90,19 @@ def _error_message(status: int, content: bytes) -> tuple[str, dict[str, Any] | N
     if isinstance(err, str):
         return err, body
     return f"upstream answered {status}", body if isinstance(body, dict) else None
+
+
+#: an upstream error's headers relayed to the client: when to retry (both SDKs wait on them)
+_RETRY_HEADERS = ("retry-after", "retry-after-ms")
+
+
+def _retry_headers(resp: UpstreamResponse) -> dict[str, str] | None:
+    """``retry-after`` and ``retry-after-ms`` of an error answer, when it has them and they are
+    short numbers or dates (nothing else of the upstream's headers reaches the client)."""
+    found = {name: value.strip() for name in _RETRY_HEADERS
+             if isinstance(value := resp.headers.get(name), str) and 0 < len(value.strip()) <= 64
+             and value.isprintable()}
+    return found or None
 
 
 def _redact(value: Any, secrets: list[str]) -> Any:
@@ -358,7 +372,7 @@ class UpstreamRuntime(Runtime):
             await resp.aclose()
         if resp.status >= 400:
             message, body = _error_message(resp.status, content)
-            raise RuntimeCallError(message, status=resp.status, body=body)
+            raise RuntimeCallError(message, status=resp.status, body=body, headers=_retry_headers(resp))
         try:
             body = jsonfast.loads(content)
         except ValueError:
@@ -385,7 +399,7 @@ class UpstreamRuntime(Runtime):
             if resp.status >= 400:
                 content = await resp.read()
                 message, body = _error_message(resp.status, content)
-                raise RuntimeCallError(message, status=resp.status, body=body)
+                raise RuntimeCallError(message, status=resp.status, body=body, headers=_retry_headers(resp))
             terminal = False
             # After the terminal event the rest of the body is still read to its end (it is
             # already buffered), so the pooled connection is kept alive instead of closed.

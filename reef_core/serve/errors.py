@@ -113,6 +113,8 @@ def upstream_error_response(dialect: str, runtime_dialect: str, exc: RuntimeCall
     """Relay a runtime error: the upstream body as is when it already speaks the client's
     dialect, otherwise the upstream message re-shaped; the upstream status either way."""
     status = exc.status if 400 <= exc.status <= 599 else 502
+    if exc.headers:  # when to retry, as the upstream said (Reef's own headers win)
+        headers = {**exc.headers, **(headers or {})}
     body = exc.body
     if _same_error_shape(dialect, runtime_dialect) and isinstance(body, dict) and isinstance(body.get("error"), dict):
         if dialect == "responses" and runtime_dialect == "openai":

@@ -189,3 +189,30 @@ def test_a_failed_responses_answer_is_recorded_as_an_error_streamed_or_not(rig, 
     assert r.status_code == 200 and "the engine fell over" in r.text
     record = reef.wait_record(r.headers["x-reef-agent-record-id"])
     assert record.status == "error" and "the engine fell over" in record.error
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("client", ["openai", "anthropic", "responses"])
+def test_when_to_retry_reaches_the_client_with_the_upstreams_429(rig, client, stream):
+    """The SDKs wait ``retry-after`` (or ``retry-after-ms``) before retrying a 429 or 503: relayed,
+    so a client behind Reef backs off as the upstream asked; other upstream headers are not."""
+    error = json.dumps({"error": {"message": "slow down", "type": "rate_limit_error"}}).encode()
+
+    def script(path, body):
+        if body.get("temperature") == 1:
+            return [http(503, error, extra=b"retry-after-ms: 1500\r\n")]
+        if body.get("temperature") == 0.5:
+            return [http(429, error)]
+        return [http(429, error, extra=b"retry-after: 7\r\nx-ratelimit-remaining-requests: 0\r\n"
+                                       b"set-cookie: upstream=1\r\n")]
+
+    _, reef = rig("openai", script)
+    route, body = ROUTES[client]
+    r = reef.client().post(route, json={**body, "stream": stream})
+    assert r.status_code == 429 and "slow down" in r.text
+    assert r.headers["retry-after"] == "7" and r.headers["x-reef-agent-record-id"]
+    assert "x-ratelimit-remaining-requests" not in r.headers and "set-cookie" not in r.headers
+    r = reef.client().post(route, json={**body, "stream": stream, "temperature": 1})
+    assert r.status_code == 503 and r.headers["retry-after-ms"] == "1500" and "retry-after" not in r.headers
+    r = reef.client().post(route, json={**body, "stream": stream, "temperature": 0.5})
+    assert r.status_code == 429 and "retry-after" not in r.headers and "retry-after-ms" not in r.headers
