@@ -8,7 +8,7 @@ import json
 import pytest
 from raw_upstream import RawUpstream, http, sse_head
 
-from reef_core.testing import ReefServer
+from reef_core.testing import ReefServer, parse_sse
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 MSG = {"model": "m", "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]}
@@ -216,3 +216,25 @@ def test_when_to_retry_reaches_the_client_with_the_upstreams_429(rig, client, st
     assert r.status_code == 503 and r.headers["retry-after-ms"] == "1500" and "retry-after" not in r.headers
     r = reef.client().post(route, json={**body, "stream": stream, "temperature": 0.5})
     assert r.status_code == 429 and "retry-after" not in r.headers and "retry-after-ms" not in r.headers
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_responses_client_is_told_no_usage_when_the_upstream_gave_none(rig, stream):
+    """An OpenAI-compatible upstream that ignores ``stream_options.include_usage``: the answer's
+    usage is null, streamed as not, and the record has none (a stream claimed 0 tokens)."""
+    def script(path, body):
+        if body.get("stream"):
+            return [sse_head(), _chunk({"role": "assistant", "content": "hello"}), _chunk({}, "stop"),
+                    b"data: [DONE]\n\n"]
+        answer = {"id": "c1", "object": "chat.completion", "created": 1, "model": "m",
+                  "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}]}
+        return [http(200, json.dumps(answer).encode())]
+
+    _, reef = rig("openai", script)
+    r = reef.client().post("/v1/responses", json={**RESP, "stream": stream})
+    assert r.status_code == 200
+    answer = r.json() if not stream else next(e for _, e in parse_sse(r.text)
+                                              if e.get("type") == "response.completed")["response"]
+    assert answer["status"] == "completed" and answer["usage"] is None
+    record = reef.wait_record(r.headers["x-reef-agent-record-id"])
+    assert record.status == "ok" and record.usage is None

@@ -338,7 +338,8 @@ class ChatToResponsesStream:
         return event
 
     def _response(self, status: str) -> dict[str, Any]:
-        usage = responses_usage(self.usage) if status != "in_progress" else None
+        # none when the upstream reported none (as ``chat_to_responses`` answers): zeros would be a count
+        usage = responses_usage(self.usage) if status != "in_progress" and self.usage else None
         return response_object(self.request, self.id, model=self.model, created=self.created, status=status,
                                output=[i for i in self.items if i.get("status") in ("completed", "incomplete")]
                                if status != "in_progress" else [], usage=usage, finish_reason=self.finish_reason)
