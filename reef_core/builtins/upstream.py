@@ -400,16 +400,19 @@ class UpstreamRuntime(Runtime):
                 content = await resp.read()
                 message, body = _error_message(resp.status, content)
                 raise RuntimeCallError(message, status=resp.status, body=body, headers=_retry_headers(resp))
-            terminal = False
+            terminal = ended = False
             # After the terminal event the rest of the body is still read to its end (it is
             # already buffered), so the pooled connection is kept alive instead of closed.
             async for blocks in _sse_batches(resp):
                 batch = []
                 for data in blocks:
-                    if terminal:
+                    if ended:
                         break
                     if data == b"[DONE]":
-                        terminal = True
+                        # the end of a chat stream; a Responses stream's end is its response event, so
+                        # one cut before it that a proxy ended with [DONE] is still incomplete
+                        ended = True
+                        terminal = terminal or self.dialect != "responses"
                         break
                     try:
                         event = self._event(data)
@@ -423,7 +426,7 @@ class UpstreamRuntime(Runtime):
                     if event is None:
                         continue
                     if event.get("type") == "message_stop" or event.get("type") in _RESPONSES_TERMINAL:
-                        terminal = True
+                        terminal = ended = True
                     batch.append(event)
                 if batch:
                     yield batch

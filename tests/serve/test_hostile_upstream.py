@@ -238,3 +238,38 @@ def test_a_responses_client_is_told_no_usage_when_the_upstream_gave_none(rig, st
     assert answer["status"] == "completed" and answer["usage"] is None
     record = reef.wait_record(r.headers["x-reef-agent-record-id"])
     assert record.status == "ok" and record.usage is None
+
+
+def _event(event: dict) -> bytes:
+    return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+
+
+@pytest.mark.parametrize("client", ["openai", "anthropic", "responses"])
+def test_a_responses_stream_ended_by_done_without_its_response_event_is_incomplete(rig, client):
+    """A Responses stream ends with ``response.completed`` (``incomplete``, ``failed``): one cut
+    before it, with a ``data: [DONE]`` a proxy added, is incomplete, not a finished answer (a
+    Responses client was sent a made-up ``response.completed``, an Anthropic one ``end_turn``)."""
+    response = {"id": "resp_1", "object": "response", "status": "in_progress", "model": "m", "output": []}
+    item = {"type": "message", "id": "msg_1", "role": "assistant", "status": "in_progress", "content": []}
+    events = [{"type": "response.created", "response": response},
+              {"type": "response.output_item.added", "output_index": 0, "item": item},
+              {"type": "response.output_text.delta", "output_index": 0, "item_id": "msg_1", "content_index": 0,
+               "delta": "hel"}]
+    _, reef = rig("responses", lambda path, body: [sse_head(), *map(_event, events), b"data: [DONE]\n\n"])
+    route, body = ROUTES[client]
+    r = reef.client().post(route, json={**body, "stream": True})
+    assert r.status_code == 200 and "hel" in r.text
+    last = parse_sse(r.text)[-1][1]
+    assert "final event" in last["error"]["message"] and "response.completed" not in r.text
+    record = reef.wait_record(r.headers["x-reef-agent-record-id"])
+    assert record.status == "incomplete" and "final event" in record.error
+
+
+def test_a_done_after_the_response_event_is_the_end_as_before(rig):
+    done = {"id": "resp_1", "object": "response", "status": "completed", "model": "m", "output": [],
+            "usage": {"input_tokens": 1, "output_tokens": 2}}
+    _, reef = rig("responses", lambda path, body: [sse_head(), _event({"type": "response.completed", "response": done}),
+                                                   b"data: [DONE]\n\n"])
+    r = reef.client().post("/v1/responses", json={**RESP, "stream": True})
+    assert parse_sse(r.text)[-1][1]["type"] == "response.completed"
+    assert reef.wait_record(r.headers["x-reef-agent-record-id"]).status == "ok"
