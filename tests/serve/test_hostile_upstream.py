@@ -101,6 +101,10 @@ def _usage_chunk(usage: dict) -> bytes:
     return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
 
+def _event(event: dict) -> bytes:
+    return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+
+
 BAD_USAGE = {"prompt_tokens": "3", "completion_tokens": -2, "total_tokens": None,
              "prompt_tokens_details": "none"}
 
@@ -154,17 +158,22 @@ def test_an_odd_responses_answer_passed_through_still_leaves_a_record(rig, shape
     assert record.usage == {"input_tokens": 2, "output_tokens": 3, "total_tokens": 5}
 
 
-@pytest.mark.parametrize("shape", ["content", "index"])
-def test_stream_events_that_do_not_assemble_still_leave_a_record(rig, shape):
-    """Chunks the client takes as they come but that fold into no answer (content that is not
-    text, tool-call indices of mixed types): before, the stream's record was lost."""
-    if shape == "content":
-        events = [_chunk({"role": "assistant", "content": 5})]
+@pytest.mark.parametrize("upstream", ["openai", "anthropic"])
+def test_stream_events_that_do_not_assemble_still_leave_a_record(rig, upstream):
+    """Events the client takes as they come but that fold into no answer (content that is not
+    text, content block indices of mixed types): before, the stream's record was lost."""
+    if upstream == "openai":
+        events = [_chunk({"role": "assistant", "content": 5}), _chunk({}, "stop"), b"data: [DONE]\n\n"]
     else:
-        events = [_chunk({"tool_calls": [{"index": 0, "id": "a", "function": {"name": "f", "arguments": "{}"}}]}),
-                  _chunk({"tool_calls": [{"index": "1", "id": "b", "function": {"name": "g", "arguments": "{}"}}]})]
-    _, reef = rig("openai", lambda path, body: [sse_head(), *events, _chunk({}, "stop"), b"data: [DONE]\n\n"])
-    r = reef.client().post("/v1/chat/completions", json={**CHAT, "stream": True})
+        message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [],
+                   "usage": {"input_tokens": 1, "output_tokens": 1}}
+        events = [_event({"type": "message_start", "message": message}),
+                  _event({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": "a"}}),
+                  _event({"type": "content_block_start", "index": "1", "content_block": {"type": "text", "text": "b"}}),
+                  _event({"type": "message_stop"})]
+    _, reef = rig(upstream, lambda path, body: [sse_head(), *events])
+    route, body = ROUTES[upstream]
+    r = reef.client().post(route, json={**body, "stream": True})
     assert r.status_code == 200
     record = reef.wait_record(r.headers["x-reef-agent-record-id"])
     assert record.status == "error" and "do not assemble" in record.error and record.response is None
@@ -240,10 +249,6 @@ def test_a_responses_client_is_told_no_usage_when_the_upstream_gave_none(rig, st
     assert record.status == "ok" and record.usage is None
 
 
-def _event(event: dict) -> bytes:
-    return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
-
-
 @pytest.mark.parametrize("client", ["openai", "anthropic", "responses"])
 def test_a_responses_stream_ended_by_done_without_its_response_event_is_incomplete(rig, client):
     """A Responses stream ends with ``response.completed`` (``incomplete``, ``failed``): one cut
@@ -273,3 +278,38 @@ def test_a_done_after_the_response_event_is_the_end_as_before(rig):
     r = reef.client().post("/v1/responses", json={**RESP, "stream": True})
     assert parse_sse(r.text)[-1][1]["type"] == "response.completed"
     assert reef.wait_record(r.headers["x-reef-agent-record-id"]).status == "ok"
+
+
+def _whole_call(call_id: str, name: str, arguments: str) -> dict:
+    """A tool call as Gemini's OpenAI-compatible endpoint streams it: whole, without ``index``."""
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+@pytest.mark.parametrize("client", ["openai", "anthropic", "responses"])
+def test_tool_calls_streamed_without_index_stay_apart(rig, client):
+    """Two calls, each in its own chunk with its own id and no ``index``, then a third whose
+    arguments come in two index-less pieces: three calls, not one with every argument appended."""
+    events = [_chunk({"role": "assistant", "tool_calls": [_whole_call("call_a", "glob", '{"pattern": "*"}')]}),
+              _chunk({"tool_calls": [_whole_call("call_b", "read", '{"path": "x"}')]}),
+              _chunk({"tool_calls": [_whole_call("call_c", "grep", '{"q":')]}),
+              _chunk({"tool_calls": [{"function": {"arguments": ' "y"}'}}]}),
+              _chunk({}, "tool_calls"), b"data: [DONE]\n\n"]
+    _, reef = rig("openai", lambda path, body: [sse_head(), *events])
+    route, body = ROUTES[client]
+    r = reef.client().post(route, json={**body, "stream": True})
+    assert r.status_code == 200
+    record = reef.wait_record(r.headers["x-reef-agent-record-id"])
+    assert record.status == "ok"
+    expected = [("call_a", "glob", {"pattern": "*"}), ("call_b", "read", {"path": "x"}), ("call_c", "grep", {"q": "y"})]
+    answer = record.response
+    if client == "openai":
+        calls = [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"]))
+                 for c in answer["choices"][0]["message"]["tool_calls"]]
+    elif client == "anthropic":
+        calls = [(b["id"], b["name"], b["input"]) for b in answer["content"] if b["type"] == "tool_use"]
+        starts = [e for _, e in parse_sse(r.text) if e.get("type") == "content_block_start"]
+        assert [s["content_block"]["name"] for s in starts] == ["glob", "read", "grep"]
+    else:
+        calls = [(i["call_id"], i["name"], json.loads(i["arguments"])) for i in answer["output"]
+                 if i["type"] == "function_call"]
+    assert calls == expected

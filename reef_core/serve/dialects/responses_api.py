@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import ClientError
 from .requests import _text_of
+from .streams import ToolIndex
 
 Event = dict[str, Any]
 
@@ -329,6 +330,7 @@ class ChatToResponsesStream:
         self.items: list[dict[str, Any]] = []  # output items in order (open or done)
         self.text_index: int | None = None  # output index of the open message item
         self.calls: dict[int, int] = {}  # chat tool_calls index -> output index
+        self.tool_index = ToolIndex()
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
 
@@ -388,7 +390,7 @@ class ChatToResponsesStream:
                 out.append(self._ev("response.output_text.delta", item_id=item["id"], output_index=self.text_index,
                                     content_index=0, delta=text, logprobs=[]))
             for tc in delta.get("tool_calls") or []:
-                k = tc.get("index", 0)
+                k = self.tool_index.of(tc)
                 fn = tc.get("function") or {}
                 if k not in self.calls:
                     out += self._close_text()

@@ -22,6 +22,35 @@ def is_usage_chunk(event: Event) -> bool:
     return not event.get("choices") and bool(event.get("usage")) and "object" in event
 
 
+class ToolIndex:
+    """Which tool call a Chat Completions ``tool_calls`` delta belongs to: its ``index``, or for
+    an upstream that sends none (Gemini's OpenAI-compatible endpoint sends each call whole, with
+    its own ``id`` and no ``index``) the call its ``id`` names, a new one for a new ``id``, and
+    the latest call for a delta with neither. Read as ``index or 0``, a second call's arguments
+    were appended to the first's (``{"a": 1}{"b": 2}``) and its name and id lost."""
+
+    __slots__ = ("by_id", "count", "last")
+
+    def __init__(self) -> None:
+        self.by_id: dict[str, int] = {}
+        self.count = 0  # one past the highest index seen
+        self.last = 0
+
+    def of(self, tc: dict[str, Any]) -> int:
+        k = tc.get("index")
+        call_id = tc.get("id")
+        if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+            if isinstance(call_id, str) and call_id:
+                k = self.by_id.get(call_id, self.count)
+            else:
+                k = self.last
+        if isinstance(call_id, str) and call_id:
+            self.by_id.setdefault(call_id, k)
+        self.count = max(self.count, k + 1)
+        self.last = k
+        return k
+
+
 class Passthrough:
     """Same dialect on both sides: events go through unchanged."""
 
@@ -102,6 +131,7 @@ class OpenAIToAnthropic:
         self.block: int = -1  # index of the open content block, -1 when none
         self.block_kind: str | None = None
         self.tool_blocks: dict[int, int] = {}  # OpenAI tool index -> Anthropic block index
+        self.tool_index = ToolIndex()
         self.stop_reason: str | None = None
         self.usage: dict[str, Any] = {}
 
@@ -141,7 +171,7 @@ class OpenAIToAnthropic:
                 out.append({"type": "content_block_delta", "index": self.block,
                             "delta": {"type": "text_delta", "text": text}})
             for tc in delta.get("tool_calls") or []:
-                k = tc.get("index", 0)
+                k = self.tool_index.of(tc)
                 fn = tc.get("function") or {}
                 if k not in self.tool_blocks:
                     out += self._open("tool_use", {"type": "tool_use", "id": tc.get("id") or f"toolu_{k}",
@@ -213,6 +243,7 @@ class StreamAssembler:
         self.base: dict[str, Any] = {}
         self.text: list[str] = []
         self.tools: dict[int, dict[str, Any]] = {}
+        self.tool_index = ToolIndex()
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
         # Anthropic state
@@ -240,7 +271,7 @@ class StreamAssembler:
             if delta.get("content"):
                 self.text.append(delta["content"])
             for tc in delta.get("tool_calls") or []:
-                slot = self.tools.setdefault(tc.get("index", 0), {"id": "", "type": "function",
+                slot = self.tools.setdefault(self.tool_index.of(tc), {"id": "", "type": "function",
                                                                   "function": {"name": "", "arguments": ""}})
                 if tc.get("id"):
                     slot["id"] = tc["id"]
