@@ -104,7 +104,8 @@ def test_response_round_trip(stop, finish):
     back = translate_response(oa, "openai", "anthropic")
     assert back["content"] == anth["content"]
     assert back["usage"] == {"input_tokens": 3, "output_tokens": 4, "cache_read_input_tokens": 2}
-    assert back["stop_reason"] == ("end_turn" if stop == "stop_sequence" else stop)
+    # an answer that called tools stopped for them, in Anthropic's words (whatever OpenAI's finish reason)
+    assert back["stop_reason"] == ("max_tokens" if stop == "max_tokens" else "tool_use")
 
 
 def _anthropic_events():
@@ -155,6 +156,27 @@ def test_stream_anthropic_to_openai_and_back():
     for e in events[:3]:
         cut.add(e)
     assert events[0]["message"]["usage"]["input_tokens"] == 0 and "usage" not in cut.result()
+
+
+def test_an_answer_that_called_tools_stops_for_them_in_anthropic_whatever_its_finish_reason():
+    """Gemini's OpenAI-compatible endpoint ends an answer that calls tools with ``stop``: an
+    Anthropic agent loop runs tools only on ``stop_reason: tool_use``, so it would end its turn."""
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}
+    whole = {"id": "x", "choices": [{"index": 0, "finish_reason": "stop",
+                                     "message": {"role": "assistant", "content": None, "tool_calls": [call]}}]}
+    assert translate_response(whole, "openai", "anthropic")["stop_reason"] == "tool_use"
+    chunks = [{"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"tool_calls": [call]}}]},
+              {"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}]
+    events = _run(stream_translator("openai", "anthropic"), chunks)
+    assert events[-2]["delta"]["stop_reason"] == "tool_use"
+    # without tool calls a stop is the end of the turn, and a cut answer says so
+    plain = {"id": "x", "choices": [{"index": 0, "finish_reason": "length", "message": {"role": "assistant",
+                                                                                       "content": "hi"}}]}
+    assert translate_response(plain, "openai", "anthropic")["stop_reason"] == "max_tokens"
+    plain["choices"][0]["finish_reason"] = "stop"
+    assert translate_response(plain, "openai", "anthropic")["stop_reason"] == "end_turn"
+    call_cut = {**whole, "choices": [{**whole["choices"][0], "finish_reason": "length"}]}
+    assert translate_response(call_cut, "openai", "anthropic")["stop_reason"] == "max_tokens"
 
 
 def test_stream_errors_and_partial_assembly():

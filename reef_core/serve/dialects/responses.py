@@ -140,6 +140,14 @@ def anthropic_to_openai_response(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def stop_reason(finish_reason: str | None, called_tools: bool) -> str:
+    """The Anthropic ``stop_reason`` of an OpenAI ``finish_reason``. An answer that called tools
+    stopped for them whatever its finish reason says: some OpenAI-compatible upstreams (Gemini's)
+    end one with ``stop``, and an Anthropic agent loop runs the tools only on ``tool_use``."""
+    stop = STOP_FROM_FINISH.get(finish_reason or "stop", "end_turn")
+    return "tool_use" if called_tools and stop == "end_turn" else stop
+
+
 def openai_to_anthropic_response(body: dict[str, Any]) -> dict[str, Any]:
     choices = body.get("choices") or [{}]
     choice = choices[0] or {}
@@ -164,7 +172,7 @@ def openai_to_anthropic_response(body: dict[str, Any]) -> dict[str, Any]:
         "role": "assistant",
         "model": body.get("model", ""),
         "content": content,
-        "stop_reason": STOP_FROM_FINISH.get(choice.get("finish_reason") or "stop", "end_turn"),
+        "stop_reason": stop_reason(choice.get("finish_reason"), any(b["type"] == "tool_use" for b in content)),
         "stop_sequence": None,
         "usage": anthropic_usage(body.get("usage")),
     }

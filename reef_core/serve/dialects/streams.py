@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from .. import jsonfast
-from .responses import FINISH_FROM_STOP, STOP_FROM_FINISH, anthropic_usage, openai_usage
+from .responses import FINISH_FROM_STOP, anthropic_usage, openai_usage, stop_reason
 
 Event = dict[str, Any]
 
@@ -132,7 +132,7 @@ class OpenAIToAnthropic:
         self.block_kind: str | None = None
         self.tool_blocks: dict[int, int] = {}  # OpenAI tool index -> Anthropic block index
         self.tool_index = ToolIndex()
-        self.stop_reason: str | None = None
+        self.finish_reason: str | None = None  # the upstream's, OpenAI's word
         self.usage: dict[str, Any] = {}
 
     def _start(self, chunk: Event) -> list[Event]:
@@ -181,15 +181,15 @@ class OpenAIToAnthropic:
                     out.append({"type": "content_block_delta", "index": self.tool_blocks[k],
                                 "delta": {"type": "input_json_delta", "partial_json": fn["arguments"]}})
             if choice.get("finish_reason"):
-                self.stop_reason = STOP_FROM_FINISH.get(choice["finish_reason"], "end_turn")
+                self.finish_reason = choice["finish_reason"]
         return out
 
     def finish(self) -> list[Event]:
         out: list[Event] = [] if self.started else self._start({})
         out += self._close()
         usage = anthropic_usage(self.usage)
-        out.append({"type": "message_delta", "delta": {"stop_reason": self.stop_reason or "end_turn",
-                                                       "stop_sequence": None}, "usage": usage})
+        stop = stop_reason(self.finish_reason, bool(self.tool_blocks))
+        out.append({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None}, "usage": usage})
         out.append({"type": "message_stop"})
         return out
 
