@@ -64,8 +64,9 @@ class Exchange:
     def release_id(self) -> str | None:
         return self.release.release_id if self.release is not None else None
 
-    def headers(self) -> dict[str, str]:
-        h = {"x-reef-agent-record-id": self.record_id}
+    def headers(self, *, recorded: bool = True) -> dict[str, str]:
+        """The answer's Reef headers; the receipt only when its record was stored (``recorded``)."""
+        h = {"x-reef-agent-record-id": self.record_id} if recorded else {}
         if self.release is not None:
             h["x-reef-release-id"] = self.release.release_id
         return h
@@ -178,12 +179,14 @@ async def _fail(state: ServeState, ex: Exchange, call: InferenceCall | None, exc
         status, message = 502, f"the runtime failed: {type(exc).__name__}: {exc}"
     state.metrics.upstream_errors.labels(str(status)).inc()
     record = ex.record(call, state.runtime_name, status="error", error=message)
+    recorded = True
     try:
         await state.writer.write(record)
-    except Exception as wexc:  # the error answer still goes out; the log says the record is lost
+    except Exception as wexc:  # the error answer still goes out, without a receipt; the log says the record is lost
         log.error("could not store error record %s: %s", ex.record_id, wexc)
+        recorded = False
     state.metrics.requests.labels(ex.route, ex.scenario, "error").inc()
-    headers = ex.headers()
+    headers = ex.headers(recorded=recorded)
     if isinstance(exc, RuntimeCallError):
         return upstream_error_response(ex.dialect, state.runtime_dialect, exc, headers=headers)
     return error_response(ex.dialect, status, message, headers=headers)
@@ -256,7 +259,7 @@ async def complete(state: ServeState, ex: Exchange, receive: Any = None) -> Resp
             log.error("could not store record %s: %s", ex.record_id, exc)
             state.metrics.record_failures.inc()
             return error_response(ex.dialect, 503, "the answer could not be recorded durably, so it is "
-                                                    "withheld; retry the request", headers=ex.headers())
+                                                    "withheld; retry the request", headers=ex.headers(recorded=False))
         state.metrics.requests.labels(ex.route, ex.scenario, "error" if failed else "ok").inc()
         state.metrics.latency.labels(ex.route, "false").observe(time.perf_counter() - ex.started)
         return Response(jsonfast.dumps(body), media_type="application/json", headers=ex.headers())

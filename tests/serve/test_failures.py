@@ -168,8 +168,21 @@ def test_store_failure_withholds_the_answer(tmp_path, streamed):
             assert not any(isinstance(d, dict) and "reef" in d for _, d in events)
         else:
             assert r.status_code == 503 and "recorded durably" in r.json()["error"]["message"]
+            assert "x-reef-agent-record-id" not in r.headers  # no receipt for a record that does not exist
         text = reef.client().get("/metrics").text
         assert "reef_record_write_failures_total 1.0" in text
+
+
+def test_an_error_whose_record_could_not_be_stored_carries_no_receipt(tmp_path):
+    with FakeUpstream("openai") as up, ReefServer(tmp_path, upstream=up) as reef:
+        def broken(records):
+            raise RuntimeError("disk full")
+
+        reef.store.add_records = broken
+        up.fail(429, "slow down")
+        r = reef.client().post("/v1/chat/completions", json=CHAT)
+        assert r.status_code == 429 and "slow down" in r.json()["error"]["message"]
+        assert "x-reef-agent-record-id" not in r.headers
 
 
 @pytest.mark.parametrize("route,body", [("/v1/chat/completions", CHAT), ("/v1/messages", MSG)])
