@@ -92,6 +92,9 @@ def _error_message(status: int, content: bytes) -> tuple[str, dict[str, Any] | N
     return f"upstream answered {status}", body if isinstance(body, dict) else None
 
 
+#: the list every whole answer of the upstream's API holds
+_ANSWER_LIST = {"openai": "choices", "anthropic": "content", "responses": "output"}
+
 #: an upstream error's headers relayed to the client: when to retry (both SDKs wait on them)
 _RETRY_HEADERS = ("retry-after", "retry-after-ms")
 
@@ -383,6 +386,11 @@ class UpstreamRuntime(Runtime):
             # an error answered with a success status (some gateways do): an error, as the same
             # object inside a stream is, not an empty answer recorded as ok
             raise RuntimeCallError(f"upstream answered {resp.status} with an error: {message}", status=502, body=body)
+        key = _ANSWER_LIST[self.dialect]
+        if not isinstance(body.get(key), list):
+            # ``{}`` or a gateway's own status object: relayed, it read as an empty answer recorded as ok
+            raise RuntimeCallError(f"upstream answered {resp.status} with JSON that is no answer of its API "
+                                   f"(it has no {key!r} list)", status=502)
         return body
 
     async def stream(self, call: InferenceCall) -> AsyncIterator[dict[str, Any]]:
@@ -408,7 +416,7 @@ class UpstreamRuntime(Runtime):
                 for data in blocks:
                     if ended:
                         break
-                    if data == b"[DONE]":
+                    if data.strip() == b"[DONE]":  # a sender's stray whitespace around it is no JSON to parse
                         # the end of a chat stream; a Responses stream's end is its response event, so
                         # one cut before it that a proxy ended with [DONE] is still incomplete
                         ended = True

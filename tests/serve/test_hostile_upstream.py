@@ -17,24 +17,37 @@ ROUTES = {"openai": ("/v1/chat/completions", CHAT), "anthropic": ("/v1/messages"
           "responses": ("/v1/responses", RESP)}
 
 
+@pytest.fixture(scope="module")
+def _rigs(tmp_path_factory):
+    """A raw upstream and a Reef in front of it per dialect, overrides and URL userinfo, shared by
+    the module's tests (each sets the upstream's script): a Reef's start is most of a test's time."""
+    made: dict[tuple, tuple[RawUpstream, ReefServer]] = {}
+    yield made, tmp_path_factory.mktemp("rigs")
+    for up, reef in made.values():
+        reef.stop()
+        up.close()
+
+
 @pytest.fixture
-def rig(tmp_path):
-    """``rig(dialect, script, overrides=(), userinfo="")``: a raw upstream and a Reef in front of it
-    (``userinfo``: ``user:password@`` in the upstream URL)."""
-    made = []
+def rig(_rigs):
+    """``rig(dialect, script, overrides=(), userinfo="")``: a raw upstream answering by ``script``
+    and a Reef in front of it (``userinfo``: ``user:password@`` in the upstream URL)."""
+    made, root = _rigs
 
     def make(dialect, script, overrides=(), userinfo=""):
-        up = RawUpstream(script)
-        made.append(up)
-        url = up.url.replace("://", f"://{userinfo}", 1)
-        reef = ReefServer(tmp_path / f"reef{len(made)}", upstream=url, dialect=dialect,
-                          overrides=["runtime.timeout_s=5", *overrides]).start()
-        made.append(reef)
+        key = (dialect, tuple(overrides), userinfo)
+        if key not in made:
+            up = RawUpstream(script)
+            url = up.url.replace("://", f"://{userinfo}", 1)
+            reef = ReefServer(root / f"reef{len(made)}", upstream=url, dialect=dialect,
+                              overrides=["runtime.timeout_s=5", *overrides]).start()
+            made[key] = up, reef
+        up, reef = made[key]
+        up.script = script
+        up.requests.clear()
         return up, reef
 
-    yield make
-    for thing in reversed(made):
-        thing.stop() if isinstance(thing, ReefServer) else thing.close()
+    return make
 
 
 @pytest.mark.parametrize("client", ["openai", "anthropic", "responses"])
@@ -137,7 +150,7 @@ def test_usage_that_is_no_count_still_leaves_a_record(rig, client, stream):
         assert record.status in ("ok", "error", "incomplete")
 
 
-@pytest.mark.parametrize("shape", ["details", "usage", "output"])
+@pytest.mark.parametrize("shape", ["details", "usage"])  # an output that is no list: no answer (below)
 def test_an_odd_responses_answer_passed_through_still_leaves_a_record(rig, shape):
     """A Responses client before a Responses upstream gets the upstream's answer as it is; the
     record's finish reason and usage are read from it without failing on odd fields."""
@@ -146,10 +159,8 @@ def test_an_odd_responses_answer_passed_through_still_leaves_a_record(rig, shape
               "usage": {"input_tokens": 2, "output_tokens": 3}}
     if shape == "details":
         answer.update(status="incomplete", incomplete_details="max_output_tokens")
-    elif shape == "usage":
-        answer["usage"] = {"input_tokens": 2, "output_tokens": 3, "input_tokens_details": "none"}
     else:
-        answer["output"] = 7
+        answer["usage"] = {"input_tokens": 2, "output_tokens": 3, "input_tokens_details": "none"}
     _, reef = rig("responses", lambda path, body: [http(200, json.dumps(answer).encode())])
     r = reef.client().post("/v1/responses", json=RESP)
     assert r.status_code == 200 and r.json()["id"] == "resp_1"
@@ -313,3 +324,27 @@ def test_tool_calls_streamed_without_index_stay_apart(rig, client):
         calls = [(i["call_id"], i["name"], json.loads(i["arguments"])) for i in answer["output"]
                  if i["type"] == "function_call"]
     assert calls == expected
+
+
+def test_a_done_with_stray_whitespace_ends_a_chat_stream(rig):
+    chunk = {"id": "c", "object": "chat.completion.chunk", "model": "m",
+             "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}
+    _, reef = rig("openai", lambda path, body: [sse_head(), b"data: " + json.dumps(chunk).encode() + b"\r\n\r\n",
+                                                b"data: [DONE] \r\n\r\n"])
+    r = reef.client().post("/v1/chat/completions", json={**CHAT, "stream": True})
+    assert r.status_code == 200 and "error" not in r.text
+    record = reef.wait_record(r.headers["x-reef-agent-record-id"])
+    assert record.status == "ok" and record.error is None
+
+
+@pytest.mark.parametrize("upstream", ["openai", "anthropic", "responses"])
+@pytest.mark.parametrize("answer", [{}, {"status": "ok", "detail": "queued"},
+                                    {"id": "x", "object": "response", "choices": 7, "content": 7, "output": 7}])
+def test_json_that_is_no_answer_of_the_upstreams_api_is_an_error(rig, upstream, answer):
+    """A gateway's own object with status 200 (``{}``, a status report) was relayed as the answer
+    and recorded as ok; translated, it became an empty completion."""
+    _, reef = rig(upstream, lambda path, body: [http(200, json.dumps(answer).encode())])
+    route, body = ROUTES[upstream]
+    r = reef.client().post(route, json=body)
+    assert r.status_code == 502 and "no answer of its API" in r.text
+    assert reef.wait_record(r.headers["x-reef-agent-record-id"]).status == "error"
