@@ -334,7 +334,7 @@ class GitArtifactStore(ArtifactStore):
                 return
             if actual != expected_head:
                 raise PublishConflict(
-                    f"scenario {scenario!r} moved while this candidate was evaluated: expected head "
+                    f"scenario {scenario!r} moved since its head was read (by another server or command): expected head "
                     f"{expected_head or 'none'}, found {actual or 'none'}; nothing was published"
                 )
             if attempt + 1 < REF_LOCK_TRIES:
@@ -372,7 +372,7 @@ class GitArtifactStore(ArtifactStore):
             return
         if fetched and actual != expected_head:
             raise PublishConflict(
-                f"scenario {scenario!r} moved on {_redact(self.remote)} while this candidate was evaluated: "
+                f"scenario {scenario!r} moved on {_redact(self.remote)} since its head was read: "
                 f"expected head {expected_head or 'none'}, found {actual or 'none'}; nothing was published")
         raise ArtifactError(f"pushing release {commit[:12]} of {scenario!r} to {_redact(self.remote)} failed; "
                             f"nothing was published: {self._scrub(err or out)}")
