@@ -92,6 +92,18 @@ def _error_message(status: int, content: bytes) -> tuple[str, dict[str, Any] | N
     return f"upstream answered {status}", body if isinstance(body, dict) else None
 
 
+def _upstream_error(resp: UpstreamResponse, content: bytes) -> RuntimeCallError:
+    """The error an upstream's error answer is for the client: its status and message, except
+    that a refusal of Reef's own credentials (401, 403) is a 502 saying so. Relayed as is, it read
+    as the client's key refused: SDKs raise an authentication error and agents ask their user to
+    log in again, while the key to fix is ``runtime.api_key``."""
+    message, body = _error_message(resp.status, content)
+    if resp.status in (401, 403):
+        return RuntimeCallError(f"the upstream refused Reef's own credentials with {resp.status} (check "
+                                f"runtime.api_key and its access to the model): {message}", status=502)
+    return RuntimeCallError(message, status=resp.status, body=body, headers=_retry_headers(resp))
+
+
 #: the list every whole answer of the upstream's API holds
 _ANSWER_LIST = {"openai": "choices", "anthropic": "content", "responses": "output"}
 
@@ -374,8 +386,7 @@ class UpstreamRuntime(Runtime):
         finally:
             await resp.aclose()
         if resp.status >= 400:
-            message, body = _error_message(resp.status, content)
-            raise RuntimeCallError(message, status=resp.status, body=body, headers=_retry_headers(resp))
+            raise _upstream_error(resp, content)
         try:
             body = jsonfast.loads(content)
         except ValueError:
@@ -405,9 +416,7 @@ class UpstreamRuntime(Runtime):
         resp = await self._send(call.body, self._stream_headers)
         try:
             if resp.status >= 400:
-                content = await resp.read()
-                message, body = _error_message(resp.status, content)
-                raise RuntimeCallError(message, status=resp.status, body=body, headers=_retry_headers(resp))
+                raise _upstream_error(resp, await resp.read())
             terminal = ended = False
             # After the terminal event the rest of the body is still read to its end (it is
             # already buffered), so the pooled connection is kept alive instead of closed.

@@ -80,7 +80,9 @@ def test_an_upstream_quoting_its_key_does_not_pass_it_on(rig, client, upstream, 
                    overrides=[f"runtime.api_key={key}"])
     route, body = ROUTES[client]
     r = reef.client().post(route, json={**body, "stream": stream})
-    assert r.status_code == 401 and "Incorrect API key provided: [redacted]" in r.text
+    # Reef's own key refused: a 502 saying so, not a 401 the client would take for its own key refused
+    assert r.status_code == 502 and "Incorrect API key provided: [redacted]" in r.text
+    assert "refused Reef's own credentials with 401" in r.text
     assert key not in r.text
     record = reef.wait_record(r.headers["x-reef-agent-record-id"])
     assert record.status == "error" and "[redacted]" in record.error and key not in record.error
