@@ -350,17 +350,32 @@ class SGLangRuntime(Runtime):
         version = self.adapters.hold_for_call(call.scenario, call.release)
         if version is not None:
             return version
-        release = call.release
+        # The load runs as its own task: a caller that leaves meanwhile (a client gone, an evaluation
+        # cut) must not cut it between the engine's load and this side's bookkeeping, which left the
+        # adapter on the engine with nothing holding it, never unloaded; the hold it takes is given back.
+        loading = asyncio.ensure_future(self._load_and_hold(call.release))
+        try:
+            return await asyncio.shield(loading)
+        except asyncio.CancelledError:
+            loading.add_done_callback(self._give_back_hold)
+            raise
+
+    async def _load_and_hold(self, release: ActiveRelease) -> Version:
         adapter_dir = release.adapter_dir
         name = version_name(release.scenario, release.release_id) if adapter_dir is not None else None
         async with self._admin_lock:
-            version = self.adapters.acquire_exact(call.scenario, release.release_id)
+            version = self.adapters.acquire_exact(release.scenario, release.release_id)
             if version is not None:
                 return version
             if name is not None and name not in self._resident:
                 await self._admin("load", {"lora_name": name, "lora_path": str(adapter_dir)})
                 self._resident.add(name)
             return self.adapters.hold_transient(release.scenario, release.release_id, name)
+
+    def _give_back_hold(self, loading: asyncio.Future) -> None:
+        """Done callback of a load whose caller left: release the version it held."""
+        if not loading.cancelled() and loading.exception() is None:
+            self._release(loading.result())
 
     async def _prepare(self, call: InferenceCall) -> tuple[dict[str, Any], Version, dict[str, bool]]:
         body = dict(call.body)

@@ -31,6 +31,10 @@ class FakeEngine:
         self.gate = threading.Event()
         self.gate.set()
         self.holding = threading.Event()
+        #: adapter loads wait on it (set: they do not); ``loading`` is set when one waits
+        self.load_gate = threading.Event()
+        self.load_gate.set()
+        self.loading = threading.Event()
         #: a message for every adapter load (the engine answers 500), e.g. out of GPU memory
         self.refuse_loads: str | None = None
         self.model = BASE
@@ -67,6 +71,9 @@ class FakeEngine:
         async def load(req: Request):
             body = await req.json()
             self.calls.append(("load", body))
+            if not self.load_gate.is_set():
+                self.loading.set()
+                await asyncio.to_thread(self.load_gate.wait, 30)
             if self.refuse_loads:
                 return JSONResponse({"message": self.refuse_loads}, status_code=500)
             path = Path(body.get("lora_path", ""))

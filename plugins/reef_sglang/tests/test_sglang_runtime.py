@@ -233,3 +233,23 @@ async def test_candidate_release_on_the_call_is_loaded_for_it_alone(engine, runt
     plain = call()
     await runtime.complete(plain)
     assert plain.extras["adapter"] is None  # serving never switched to the candidate
+
+
+@pytest.mark.asyncio
+async def test_a_call_that_leaves_while_its_release_loads_leaves_nothing_loaded(engine, runtime, tmp_path):
+    """The caller (a client gone, an evaluation cut) left while the engine loaded its release: the
+    load went on without the bookkeeping after it, so the adapter stayed on the engine for good."""
+    c = call()
+    c.release = make_release(tmp_path, "s", "candidate:c1")
+    engine.load_gate.clear()
+    task = asyncio.create_task(runtime.complete(c))
+    assert await asyncio.to_thread(engine.loading.wait, 10)
+    task.cancel()
+    engine.load_gate.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(100):  # the load ends, then the unload runs in the background
+        if ("unload", {"lora_name": "s@candidate:c1"}) in engine.calls and not engine.loaded:
+            break
+        await asyncio.sleep(0.02)
+    assert engine.loaded == {} and runtime.adapters.snapshot()["_draining"] == {}
