@@ -8,6 +8,8 @@ import socket
 import threading
 import time
 
+from scripted import recv_request
+
 
 class RawUpstream:
     def __init__(self, script):
@@ -31,19 +33,13 @@ class RawUpstream:
 
     def _handle(self, conn):
         try:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                part = conn.recv(65536)
-                if not part:
-                    return
-                data += part
-            head, rest = data.split(b"\r\n\r\n", 1)
+            got = recv_request(conn)
+            if got is None:
+                return
+            head, rest, _ = got
             lines = head.decode().split("\r\n")
             path = lines[0].split()[1]
             hdrs = {k.lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:])}
-            n = int(hdrs.get("content-length", 0))
-            while len(rest) < n:
-                rest += conn.recv(65536)
             body = json.loads(rest) if rest else {}
             self.requests.append((path, hdrs, body))
             for item in self.script(path, body):

@@ -14,6 +14,24 @@ import threading
 import zlib
 
 
+def recv_request(sock: socket.socket, data: bytes = b"") -> tuple[bytes, bytes, bytes] | None:
+    """Read one request from a blocking socket, ``data`` already read before it: its head, its
+    body (by ``content-length``) and what arrived after it; None when the peer closes first."""
+    while b"\r\n\r\n" not in data:
+        more = sock.recv(65536)
+        if not more:
+            return None
+        data += more
+    head, data = data.split(b"\r\n\r\n", 1)
+    length = _content_length(head)
+    while len(data) < length:
+        more = sock.recv(65536)
+        if not more:
+            return None
+        data += more
+    return head, data[:length], data[length:]
+
+
 def answer(body: bytes = b'{"ok":true}', *, headers: str = "", status: str = "200 OK") -> bytes:
     return f"HTTP/1.1 {status}\r\ncontent-length: {len(body)}\r\n{headers}\r\n".encode() + body
 
@@ -126,19 +144,10 @@ class ThreadedScript:
         data = b""
         try:
             while True:
-                while b"\r\n\r\n" not in data:
-                    more = sock.recv(65536)
-                    if not more:
-                        return
-                    data += more
-                head, data = data.split(b"\r\n\r\n", 1)
-                length = _content_length(head)
-                while len(data) < length:
-                    more = sock.recv(65536)
-                    if not more:
-                        return
-                    data += more
-                data = data[length:]
+                got = recv_request(sock, data)
+                if got is None:
+                    return
+                data = got[2]
                 with self._lock:
                     self.received[index] += 1
                     n = self.requests

@@ -136,6 +136,7 @@ async def test_anthropic_upstream_gets_its_auth_headers():
         try:
             with pytest.raises(RuntimeCallError) as err:
                 await wrong.complete(InferenceCall("s", "r", {"model": "m", "max_tokens": 5, "messages": []}))
-            assert err.value.status == 401 and err.value.body["type"] == "error"
+            # Reef's own key refused: a 502 naming it (a 401 would read as the client's key refused)
+            assert err.value.status == 502 and "refused Reef's own credentials with 401" in str(err.value)
         finally:
             await wrong.aclose()
