@@ -3,7 +3,7 @@
 A task is ``{id?, prompt | messages, system?, expected?, pattern?, grader?}``. Each episode
 sends the task through the scenario's runtime with one side's harness applied and grades
 the answer with ``grader(output, task) -> float``. An episode that crashed (runtime error,
-timeout, grader error) scores ``None``; the statistics (``reef_core.commit.stats``) count it
+timeout, grader error, a grader's NaN or infinite score) scores ``None``; the statistics (``reef_core.commit.stats``) count it
 as 0 for the side that crashed.
 
 Episodes run at the scenario's serving conditions: ``serving_params`` reads the sampling
@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -348,6 +349,9 @@ def run_paired(tasks: list[dict[str, Any]], candidate: ActiveRelease, current: A
             sent = copy.deepcopy(prepared)  # as sent: the runtime may change its copy
             answer = response_text(ctx.send(prepared, releases[side], timeout_s=episode_timeout_s))
             score = float(graders[task["grader"]](answer, task))
+            if not math.isfinite(score):  # no score: NaN would rank as a tie, inf above any score
+                bad, score = score, None
+                raise ValueError(f"grader {task['grader']!r} returned {bad!r}, not a finite score")
         except Exception as exc:  # noqa: BLE001 - a crashed episode scores None, the suite goes on
             error = f"{type(exc).__name__}: {exc}"
             errors.append(f"{task['id']} ({side}): {error}")

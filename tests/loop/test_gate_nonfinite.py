@@ -1,0 +1,38 @@
+"""A grader that answers NaN or an infinite score crashed its episode: the score is no
+evidence (NaN ranked as a tie, inf above every score and selected), and it never reaches the
+evaluation the routes answer with (JSON has neither: the grow route and the releases answered
+500)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from reef_core.testing import FakeUpstream, ReefServer
+
+from .conftest import GOOD_FEEDBACK, TASKS, add_plugin, ask, capital_model, feedback_rules_config, report, settings_for
+
+
+@pytest.mark.parametrize(("bad", "rule"), [(math.nan, "bootstrap"), (math.inf, "wins_minus_losses")])
+def test_a_non_finite_grader_score_is_a_crashed_episode(tmp_path, bad, rule):
+    # the candidate's (right) answers score ``bad``; the current release's (wrong) ones 0
+    add_plugin("grader", "weird", lambda output, task: bad if task["expected"] in output else 0.0)
+    evaluator = {"name": "task_suite", "tasks": [dict(t, grader="weird") for t in TASKS], "margin": 0,
+                 "rule": rule, "repeats": 1, "episode_timeout_s": 30, "timeout_s": 120, "concurrency": 2}
+    config = feedback_rules_config(batch_size=1, loop_enabled=False, evaluator=evaluator)
+    with FakeUpstream("openai", capital_model) as up:
+        with ReefServer(tmp_path, settings=settings_for(tmp_path, up, config)) as server:
+            client = server.client()
+            r = ask(client, "What is the capital of Italy?")
+            report(client, [r.headers["x-reef-agent-record-id"]], score=0.0, feedback=GOOD_FEEDBACK)
+            grown = client.post("/reef/scenarios/default/grow")
+            assert grown.status_code == 200, grown.text
+            result = grown.json()
+            assert result["outcome"] == "rejected", result["reason"]
+            assert "every candidate episode crashed" in result["reason"]
+            metrics = result["evaluation"]["metrics"]
+            assert metrics["candidate_crashed"] == 2 and "not a finite score" in metrics["episode_errors"][0]
+            assert client.get("/reef/scenarios/default/releases").json()["releases"] == []
+            listed = client.get("/reef/scenarios/default/candidates")
+            assert listed.status_code == 200 and listed.json()["candidates"][0]["decision"] == "reject"
