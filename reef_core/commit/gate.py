@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import math
 import threading
 import time
 import uuid
@@ -129,9 +130,37 @@ class EvalContext:
                     raise
 
 
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float (in lists, tuples and dicts too) as None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def _finite_evaluation(evaluation: Evaluation) -> Evaluation:
+    """``evaluation`` as it is stored, answered and published: JSON has no NaN or infinity (an
+    evaluator's NaN mean or spread made the grow route, the candidates and the releases answer
+    500), so each becomes None, as a stored episode's score does."""
+    evaluation.candidate_scores = finite(list(evaluation.candidate_scores or []))
+    evaluation.current_scores = finite(list(evaluation.current_scores or []))
+    evaluation.metrics = finite(dict(evaluation.metrics or {}))
+    return evaluation
+
+
 def run_gate(evaluator: Any, name: str, candidate: Candidate, current: ActiveRelease | None,
              ctx: EvalContext, timeout_s: float) -> tuple[Evaluation, Decision]:
-    """Evaluate and decide within ``timeout_s``; never raises. Blocking: call from a thread."""
+    """Evaluate and decide within ``timeout_s``; never raises. Blocking: call from a thread.
+    The evaluation comes back with its NaN and infinite numbers as None (``_finite_evaluation``)."""
+    evaluation, decision = _run_gate(evaluator, name, candidate, current, ctx, timeout_s)
+    return _finite_evaluation(evaluation), decision
+
+
+def _run_gate(evaluator: Any, name: str, candidate: Candidate, current: ActiveRelease | None,
+              ctx: EvalContext, timeout_s: float) -> tuple[Evaluation, Decision]:
     ctx.deadline = time.monotonic() + timeout_s
     result: dict[str, Any] = {}
     done = threading.Event()

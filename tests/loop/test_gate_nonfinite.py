@@ -36,3 +36,42 @@ def test_a_non_finite_grader_score_is_a_crashed_episode(tmp_path, bad, rule):
             assert client.get("/reef/scenarios/default/releases").json()["releases"] == []
             listed = client.get("/reef/scenarios/default/candidates")
             assert listed.status_code == 200 and listed.json()["candidates"][0]["decision"] == "reject"
+
+
+class NonFiniteEvaluator:
+    """A third-party gate whose evaluation holds NaN and infinite numbers (a spread of one
+    sample, a ratio over zero); it selects."""
+
+    def evaluate(self, candidate, current, ctx):
+        from reef_core.types import Evaluation
+
+        return Evaluation(evaluator="non_finite", candidate_scores=[math.nan, 1.0], current_scores=[0.0, -math.inf],
+                          tasks=["a", "b"], metrics={"candidate_mean": math.inf, "spread": math.nan,
+                                                     "wins": 1, "by_task": {"a": [math.nan, 0.5]}})
+
+    def decide(self, evaluation):
+        from reef_core.types import Decision
+
+        return Decision("select", "the third-party gate selects")
+
+
+def test_an_evaluation_with_non_finite_numbers_is_stored_and_answered_without_them(tmp_path):
+    add_plugin("evaluator", "non_finite", NonFiniteEvaluator)
+    config = feedback_rules_config(batch_size=1, loop_enabled=False, evaluator={"name": "non_finite"})
+    with FakeUpstream("openai", capital_model) as up:
+        with ReefServer(tmp_path, settings=settings_for(tmp_path, up, config)) as server:
+            client = server.client()
+            r = ask(client, "What is the capital of Italy?")
+            report(client, [r.headers["x-reef-agent-record-id"]], score=0.0, feedback=GOOD_FEEDBACK)
+            grown = client.post("/reef/scenarios/default/grow")
+            assert grown.status_code == 200, grown.text
+            result = grown.json()
+            assert result["outcome"] == "published"
+            evaluation = result["evaluation"]
+            assert evaluation["candidate_scores"] == [None, 1.0] and evaluation["current_scores"] == [0.0, None]
+            assert evaluation["metrics"] == {"candidate_mean": None, "spread": None, "wins": 1,
+                                             "by_task": {"a": [None, 0.5]}}
+            for path in ("/reef/scenarios/default/candidates", f"/reef/scenarios/default/candidates/{result['candidate_id']}",
+                         "/reef/scenarios/default/releases", f"/reef/scenarios/default/releases/{result['release_id']}",
+                         "/reef/scenarios/default"):
+                assert client.get(path).status_code == 200, path
