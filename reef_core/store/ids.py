@@ -18,6 +18,7 @@ child never hand out the same bits.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 
@@ -51,3 +52,12 @@ os.register_at_fork(after_in_child=_POOL._reset)
 def new_id(prefix: str) -> str:
     """``prefix_`` then the time in milliseconds (12 hex digits) and 80 random bits (20)."""
     return f"{prefix}_{time.time_ns() // 1_000_000:012x}{_POOL.take(RANDOM_BYTES).hex()}"
+
+
+#: a receipt (a record's id, ``new_id("rec")``)
+_RECEIPT = re.compile(r"rec_[0-9a-f]{32}")
+
+
+def receipt_shaped(text: str) -> bool:
+    """Whether ``text`` has the shape of a receipt (``rec_`` and 32 hex digits)."""
+    return _RECEIPT.fullmatch(text) is not None

@@ -21,6 +21,7 @@ from ..errors import ConflictError, NotFoundError
 from .consumption import ConsumptionStore, PoolRule, back_in_pool, newest_seq
 from .engine import make_engines, normalize_url, open_store
 from .episodes import EpisodeStore
+from .ids import receipt_shaped
 from .leases import LeaseStore
 from .models import CandidateRow, Consumption, Record, Release, Report, ReportReference, storable, utcnow
 from .modes import ModeStore
@@ -159,8 +160,15 @@ class RecordStore(RecordPages, ConsumptionStore, EpisodeStore, LeaseStore, ModeS
 
         Same id and same body: the stored report, created=False (an idempotent retry).
         Same id, other body: ConflictError. A reference that is not a stored record of this
-        scenario: NotFoundError / ScenarioMismatch naming it. Nothing is written on error.
+        scenario: NotFoundError / ScenarioMismatch naming it. An id with a receipt's shape
+        (``rec_`` and 32 hex digits): ConflictError. Nothing is written on error.
         """
+        if receipt_shaped(report.id):
+            # consumption keys records and reports by id alike: a report named after a record
+            # would hold that record while it is consumed (and for good once published), so
+            # the reports that quote the record would never train
+            raise ConflictError(f"report_id {report.id!r} has the shape of a receipt (a record's id); "
+                                f"choose another")
         refs = list(report.references or [])
         if len(set(refs)) != len(refs):
             dup = next(r for r in refs if refs.count(r) > 1)
