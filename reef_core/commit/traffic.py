@@ -8,7 +8,9 @@ sides answer it afresh, as they answer the configured tasks.
 
 Never from what the candidate trained on: a report of its batch, a report quoting a record of
 its batch, and a conversation whose user text is a user message of its batch (the
-contamination check of ``reef_core.commit.tasks``) are left out. The draw is a seeded sample
+contamination check of ``reef_core.commit.tasks``) are left out; so are a report, or one
+quoting a record, that a candidate which was not published holds or spent: a recipe that
+keeps a lineage trained the lineage (whose snapshot the candidate is) on it, serving did not. The draw is a seeded sample
 (the candidate id: the same candidate, the same tasks) of the usable reports among the
 scenario's ``TRAFFIC_WINDOW`` newest.
 
@@ -90,7 +92,12 @@ def traffic_tasks(store: Any, scenario: str, count: int, *, graders: Mapping[str
             continue
         grading = grading_of(meta, graders)
         if grading is not None:
-            usable.append((report_id, refs[-1], grading))
+            usable.append((report_id, refs, grading))
+    # what a lineage trained on before this batch: an unpublished candidate's held or spent
+    # experience (a recipe that keeps a lineage trains on every batch, whatever the verdict)
+    trained = store.held_unpublished([i for report_id, refs, _ in usable for i in (report_id, *refs)])
+    usable = [(report_id, refs[-1], grading) for report_id, refs, grading in usable
+              if report_id not in trained and not trained.intersection(refs)]
     # the records a few at a time (their bodies may be megabytes each), newest report first: a
     # conversation asked again is the task of its newest report
     tasks: dict[tuple[str, ...], dict[str, Any]] = {}

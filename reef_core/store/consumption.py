@@ -122,6 +122,20 @@ class ConsumptionStore:
         with self._reader.connect() as conn:
             return set(conn.execute(q).scalars())
 
+    def held_unpublished(self, item_ids: Iterable[str]) -> set[str]:
+        """Which of ``item_ids`` a candidate that was not published holds or spent (not returned):
+        what a recipe that keeps a lineage trained its lineage on while serving did not change
+        (``task_suite``'s traffic tasks are never drawn from it). One query."""
+        ids = [i for i in dict.fromkeys(item_ids) if storable(i)]
+        out: set[str] = set()
+        with self._reader.connect() as conn:
+            for start in range(0, len(ids), 2000):  # the window's reports may quote many records each
+                q = (select(Consumption.item_id).join(CandidateRow, CandidateRow.id == Consumption.candidate_id)
+                     .where(Consumption.item_id.in_(ids[start:start + 2000]), Consumption.state != "returned",
+                            CandidateRow.status != "published"))
+                out.update(conn.execute(q).scalars())
+        return out
+
     def outside_pool(self, scenario: str, item_ids: Iterable[str], rule: PoolRule) -> set[str]:
         """Which of ``item_ids`` (records or reports of ``scenario``) are not in its pool under
         ``rule``: held, spent, or returned and not back yet. One query."""

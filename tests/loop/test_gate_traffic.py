@@ -16,7 +16,7 @@ from reef_core.commit.tasks import BUILTIN_GRADERS, normalize_prompt
 from reef_core.commit.traffic import MAX_PATTERN_CHARS, conversation, grading_of, traffic_tasks
 from reef_core.testing import FakeUpstream, ReefServer
 
-from .conftest import GOOD_FEEDBACK, ask, capital_model, feedback_rules_config, settings_for
+from .conftest import GOOD_FEEDBACK, add_plugin, ask, capital_model, feedback_rules_config, settings_for
 
 
 def _post_report(client, receipt: str, score: float, metadata: dict | None = None, feedback: str | None = None):
@@ -130,14 +130,17 @@ def test_a_recorded_request_becomes_a_text_conversation():
 
 
 class _Store:
-    """The two reads ``traffic_tasks`` makes."""
+    """The three reads ``traffic_tasks`` makes."""
 
-    def __init__(self, reports, records):
-        self.reports, self.records = reports, records
+    def __init__(self, reports, records, lineage_trained=()):
+        self.reports, self.records, self.lineage_trained = reports, records, set(lineage_trained)
         self.reads: list[int] = []  # how many records each read asked for
 
     def graded_report_rows(self, scenario, *, limit, max_meta_bytes):
         return [(r.id, r.references, r.meta) for r in self.reports[:limit]]
+
+    def held_unpublished(self, ids):
+        return self.lineage_trained.intersection(ids)
 
     def get_records(self, ids):
         self.reads.append(len(ids))
@@ -239,3 +242,40 @@ def test_a_request_in_several_text_parts_is_the_same_prompt_on_both_sides_of_the
     [trained] = user_texts(body)
     [asked] = [m["content"] for m in conversation(body) if m["role"] == "user"]
     assert normalize_prompt(trained) == normalize_prompt(asked) == "what is the capital of italy? answer briefly."
+
+
+def test_no_traffic_task_comes_from_what_the_lineage_trained_on(tmp_path):
+    """A recipe that keeps a lineage trains it on every batch, whatever the verdict: a rejected (or
+    errored) snapshot's batch stays consumed, and the next snapshot carries what it learnt. Its
+    reports are no held-out tasks for the next candidate (serving never trained on them); they
+    were drawn, and judged the lineage on its own training data."""
+    from .test_lineage import LineageRuleRecipe
+
+    add_plugin("recipe", "lineage_rule", LineageRuleRecipe)
+    config = feedback_rules_config(batch_size=1, loop_enabled=False, evaluator={
+        "name": "task_suite", "tasks": [], "traffic_tasks": 10, "rule": "wins_minus_losses", "margin": 0,
+        "episode_timeout_s": 30, "timeout_s": 120})
+    config["recipe"] = {"name": "lineage_rule", "batch_size": 1}
+    with FakeUpstream("openai", capital_model) as up:
+        with ReefServer(tmp_path, settings=settings_for(tmp_path, up, config)) as server:
+            client = server.client()
+            trained = _post_report(client, ask(client, "What is the capital of Italy?").headers["x-reef-agent-record-id"],
+                                   0.0, {"pattern": "Rome"})
+            first = client.post("/reef/scenarios/default/grow").json()
+            assert first["outcome"] == "error" and "no gate task" in first["reason"]  # the lineage trained on it
+            # a later report quoting the same record is no task either
+            again = server.store.get_report(trained).references[0]
+            _post_report(client, again, 1.0, {"pattern": "Rome"})
+            for country, capital in (("France", "Paris"), ("Japan", "Tokyo")):
+                _post_report(client, ask(client, f"What is the capital of {country}?").headers["x-reef-agent-record-id"],
+                             0.0, {"pattern": capital})
+            second = client.post("/reef/scenarios/default/grow").json()
+            drawn = second["evaluation"]["metrics"]["traffic_tasks"]
+            assert len(drawn) == 1 and f"traffic:{trained}" not in drawn, drawn
+    # the draw's own rule, on a store double
+    records = {f"rec{i}": _record(f"Question {i}?") for i in range(4)}
+    reports = [_report(f"rpt{i}", f"rec{i}", pattern="yes") for i in range(4)]
+    store = _Store(reports, records, lineage_trained={"rpt1", "rec2"})
+    tasks = traffic_tasks(store, "s", 10, graders=dict(BUILTIN_GRADERS), exclude_reports=(), exclude_records=(),
+                          training_prompts=frozenset(), seed=1)
+    assert sorted(t["id"] for t in tasks) == ["traffic:rpt0", "traffic:rpt3"]
