@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import shutil
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -129,6 +130,8 @@ class ReefHarnessAdapter:
                     "feedback": f"The episode failed: {type(exc).__name__}: {exc}"}
         try:
             score, feedback = self._grade(ex, output)
+            if not math.isfinite(score):  # NaN ranks as nothing, inf above every candidate
+                raise ValueError(f"the grader returned {score!r}, not a finite score")
         except Exception as exc:  # noqa: BLE001 - a grader or judge error scores 0
             score, feedback = 0.0, f"Grading failed: {type(exc).__name__}: {exc}"
         return {"example": ex, "output": output, "score": score, "feedback": feedback, "ran": True}
