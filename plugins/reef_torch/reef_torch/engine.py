@@ -278,10 +278,10 @@ class GenerationEngine:
         reqs = self._within_limit(reqs)
         if not reqs:
             return
-        rows = [_Row(req=r, generator=make_generator(r.seed)) for r in reqs]
         width = max(len(r.prompt_ids) for r in reqs)
         logits = []
-        try:
+        try:  # whatever a newcomer carries (an odd seed too) fails the newcomers, not the running batch
+            rows = [_Row(req=r, generator=make_generator(r.seed)) for r in reqs]
             self.kv.open(len(reqs), width)
             first = 0
             for group in self._prefill_groups(reqs):
@@ -295,8 +295,9 @@ class GenerationEngine:
         except Exception as exc:  # fail only the newcomers; the running batch is intact
             log.exception("prefill failed")
             self.kv.abort()
-            for row in rows:
-                self._finish_error(row, exc)
+            for req in reqs:
+                self._leave(req)
+                req.sink("error", exc)
             return
         self.kv.commit()
         self._merge(rows, _left_aligned_mask([len(r.prompt_ids) for r in reqs], width, self.device))

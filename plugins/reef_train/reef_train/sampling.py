@@ -21,9 +21,12 @@ from .logprobs import scaled_log_softmax
 
 
 def make_generator(seed: int | None) -> torch.Generator:
-    """A CPU generator private to one request, so its draws never depend on its batch-mates."""
+    """A CPU generator private to one request, so its draws never depend on its batch-mates.
+
+    Any integer seeds it: torch takes 64 bits (a negative seed as its two's complement), so a
+    seed is taken modulo 2**64, which leaves every seed torch accepts as it was."""
     g = torch.Generator(device="cpu")
-    g.manual_seed(int(seed) if seed is not None else secrets.randbits(63))
+    g.manual_seed(int(seed) % 2**64 if seed is not None else secrets.randbits(63))
     return g
 
 
