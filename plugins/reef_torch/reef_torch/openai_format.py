@@ -69,6 +69,16 @@ def _number(body: dict, key: str, lo: float, hi: float, default: float) -> float
     return float(value)
 
 
+#: temperatures below this sample greedily, as vLLM's do: ``logits / T`` would overflow float32
+#: for a vanishing ``T`` (1e-40 is a number between 0 and 2), and the NaNs it makes fail the draw
+GREEDY_BELOW = 1e-5
+
+
+def _temperature(body: dict) -> float:
+    t = _number(body, "temperature", 0.0, 2.0, 1.0)
+    return 0.0 if t < GREEDY_BELOW else t
+
+
 def parse_chat_request(body: dict[str, Any]) -> ChatParams:
     """Check ``body`` and return what generation needs, or raise a 400 naming the parameter."""
     if not isinstance(body, dict):
@@ -147,7 +157,7 @@ def parse_chat_request(body: dict[str, Any]) -> ChatParams:
     return ChatParams(
         messages=normalized,
         max_tokens=max_tokens,
-        temperature=_number(body, "temperature", 0.0, 2.0, 1.0),
+        temperature=_temperature(body),
         top_p=_number(body, "top_p", 0.0, 1.0, 1.0),  # 0 keeps only the most likely token
         top_k=max(top_k or 0, 0),
         min_p=_number(body, "min_p", 0.0, 1.0, 0.0),

@@ -41,3 +41,22 @@ async def test_any_integer_seed_samples_and_spares_the_running_batch(runtime, se
         assert exc.status == 400
     else:
         assert out["usage"]["completion_tokens"] >= 1
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("temperature", [1e-40, 5e-324])
+async def test_a_vanishing_temperature_samples_greedily_and_spares_the_running_batch(runtime, temperature):
+    greedy = await runtime.complete(call("hi", temperature=0, max_tokens=4))
+    engine = runtime.engine
+    gate = Gate(engine, lambda row: len(row.tokens) == 2)
+    running = asyncio.create_task(runtime.complete(call("hello", temperature=0, max_tokens=12)))
+    await gate.wait()
+    odd_call = call("hi", temperature=temperature, max_tokens=4)
+    odd = asyncio.create_task(runtime.complete(odd_call))
+    await asyncio.sleep(0.05)
+    gate.open()
+    first = await asyncio.wait_for(running, 30)
+    assert first["usage"]["completion_tokens"] >= 1
+    out = await asyncio.wait_for(odd, 30)
+    assert out["choices"][0]["message"]["content"] == greedy["choices"][0]["message"]["content"]
+    assert all(lp == lp and lp <= 0 for lp in odd_call.extras["logprobs"])  # no NaN
