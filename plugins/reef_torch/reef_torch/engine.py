@@ -429,7 +429,9 @@ class GenerationEngine:
         if finish is None and len(row.tokens) >= req.max_new_tokens:
             finish = "length"
         if finish is not None:
-            text = text[:cut]
+            # an answer that ends inside a character (max_tokens between two tokens of one emoji)
+            # ends before it, as vLLM's does: a stream never shows a half character mid-answer either
+            text = text[:cut] if cut < len(text) else _complete_prefix(text)
             if req.stream and len(text) > row.emitted:
                 req.sink("delta", text[row.emitted :])
             result = GenerationResult(
@@ -570,12 +572,15 @@ def _trim_heap() -> None:
         _malloc_trim(0)
 
 
+def _complete_prefix(text: str) -> str:
+    """``text`` without a trailing partial UTF-8 character (decoded as U+FFFD)."""
+    return text.rstrip("\ufffd")
+
+
 def _safe_prefix_len(text: str, stops: list[str]) -> int:
     """How much of ``text`` can be streamed: not a trailing partial UTF-8 character, nor a
     suffix that might still grow into a stop string."""
-    end = len(text)
-    while end > 0 and text[end - 1] == "\ufffd":
-        end -= 1
+    end = len(_complete_prefix(text))
     hold = 0
     for stop in stops:
         for k in range(min(len(stop) - 1, end), 0, -1):

@@ -83,6 +83,31 @@ async def test_a_user_message_quoting_control_tokens_cannot_open_a_system_turn(s
     assert calls[1].extras["prompt_token_ids"] == tok(text, add_special_tokens=False)["input_ids"]
 
 
+@pytest.mark.asyncio
+async def test_an_answer_cut_inside_a_character_never_ends_in_a_broken_one(smollm2_dir):
+    """max_tokens can end an answer between two tokens of one emoji: neither the answer nor its
+    stream shows the half character (a U+FFFD), as they never do mid-answer."""
+    rt = LocalRuntime()
+    await rt.start()
+    try:
+        body = {"messages": [{"role": "user", "content": "Write a line of 10 emojis about food."}], "temperature": 0}
+        c = InferenceCall(scenario="s", record_id="r", body={**body, "max_tokens": 12})
+        await rt.complete(c)
+        tokens = c.extras["response_token_ids"]
+        cuts = [k for k in range(1, len(tokens) + 1) if rt.tokenizer.decode(tokens[:k]).endswith("\ufffd")]
+        assert cuts, "this answer has no token that ends inside a character; pick another prompt"
+        k = cuts[0]
+        want = rt.tokenizer.decode(tokens[:k]).rstrip("\ufffd")
+        out = await rt.complete(InferenceCall(scenario="s", record_id="r", body={**body, "max_tokens": k}))
+        assert out["choices"][0]["message"]["content"] == want and out["choices"][0]["finish_reason"] == "length"
+        assert out["usage"]["completion_tokens"] == k
+        chunks = [ch async for ch in rt.stream(InferenceCall(scenario="s", record_id="r",
+                                                             body={**body, "max_tokens": k, "stream": True}))]
+        assert "".join(ch["choices"][0]["delta"].get("content", "") for ch in chunks) == want
+    finally:
+        await rt.aclose()
+
+
 @pytest.mark.slow
 @pytest.mark.asyncio
 async def test_real_smollm2_banana_adapter_swap_and_logprob_recompute(smollm2_dir, tmp_path):
