@@ -12,6 +12,7 @@ template, which renders them when it knows how; tool calls are not parsed.
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -253,9 +254,44 @@ def chunk(
 
 
 def token_logprobs(tokenizer: Any, token_ids: list[int], logprobs: list[float]) -> list[dict[str, Any]]:
-    """OpenAI's ``choices[].logprobs.content`` entries for the response tokens."""
+    """OpenAI's ``choices[].logprobs.content`` entries for the response tokens.
+
+    ``bytes`` are the token's own bytes, so that a client joins a character split over several
+    tokens (an emoji, most CJK) from them: a token holding part of a character decodes alone to
+    U+FFFD, whose bytes are not the token's."""
     out = []
     for tid, lp in zip(token_ids, logprobs):
         text = tokenizer.decode([tid], skip_special_tokens=False)
-        out.append({"token": text, "logprob": lp, "bytes": list(text.encode("utf-8")), "top_logprobs": []})
+        out.append({"token": text, "logprob": lp, "bytes": _token_bytes(tokenizer, tid, text), "top_logprobs": []})
     return out
+
+
+_BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level BPE alphabet: the character that stands for each byte in its vocabulary."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+_BYTE_LEVEL = _byte_level_alphabet()
+
+
+def _token_bytes(tokenizer: Any, tid: int, text: str) -> list[int]:
+    """The UTF-8 bytes token ``tid`` stands for (``text``: the token decoded alone)."""
+    if "\ufffd" in text:
+        piece = tokenizer.convert_ids_to_tokens(tid)
+        decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
+        if isinstance(piece, str) and (m := _BYTE_FALLBACK.fullmatch(piece)):  # SentencePiece's byte fallback
+            return [int(m.group(1), 16)]
+        if isinstance(piece, str) and piece and "ByteLevel" in repr(decoder) and all(c in _BYTE_LEVEL for c in piece):
+            return [_BYTE_LEVEL[c] for c in piece]
+    return list(text.encode("utf-8"))

@@ -83,6 +83,21 @@ async def test_a_user_message_quoting_control_tokens_cannot_open_a_system_turn(s
     assert calls[1].extras["prompt_token_ids"] == tok(text, add_special_tokens=False)["input_ids"]
 
 
+def test_logprob_bytes_of_the_tokens_of_one_character_join_into_it(smollm2_dir):
+    """An emoji or a CJK character spans several tokens; each one's ``bytes`` are its own, so
+    that the tokens' bytes joined are the text (each decoded alone reads U+FFFD)."""
+    from transformers import AutoTokenizer
+
+    from reef_torch.openai_format import token_logprobs
+
+    tok = AutoTokenizer.from_pretrained(str(smollm2_dir))
+    text = "Ice cream 🍨, 你好 and café."
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    entries = token_logprobs(tok, ids, [0.0] * len(ids))
+    assert any(e["token"] == "\ufffd" for e in entries)
+    assert bytes(b for e in entries for b in e["bytes"]).decode("utf-8") == text
+
+
 @pytest.mark.asyncio
 async def test_an_answer_cut_inside_a_character_never_ends_in_a_broken_one(smollm2_dir):
     """max_tokens can end an answer between two tokens of one emoji: neither the answer nor its
