@@ -193,6 +193,70 @@ def openai_to_anthropic(body: dict[str, Any], *, default_max_tokens: int = DEFAU
         out["tool_choice"] = tc_out
     if body.get("user"):
         out["metadata"] = {"user_id": str(body["user"])}
+    output_config = _anthropic_output_config(body)
+    if output_config:
+        out["output_config"] = output_config
+    return out
+
+
+#: OpenAI ``reasoning_effort`` -> Anthropic ``output_config.effort`` (Anthropic has no lower level than low)
+EFFORT_TO_ANTHROPIC = {"none": "low", "minimal": "low", "low": "low", "medium": "medium", "high": "high",
+                       "xhigh": "xhigh"}
+#: Anthropic ``output_config.effort`` -> OpenAI ``reasoning_effort``
+EFFORT_TO_OPENAI = {"low": "low", "medium": "medium", "high": "high", "xhigh": "xhigh", "max": "xhigh"}
+
+
+def _anthropic_output_config(body: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI body's ``response_format`` and ``reasoning_effort`` as Anthropic's ``output_config``
+    (``format``: structured outputs with a JSON schema; ``effort``). What Anthropic cannot express
+    (a JSON object without a schema, an effort it has no word for) is a 400 naming the field."""
+    config: dict[str, Any] = {}
+    fmt = body.get("response_format")
+    kind = fmt.get("type") if isinstance(fmt, dict) else fmt
+    if kind == "json_schema":
+        spec = fmt.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, dict):
+            raise ClientError("response_format.json_schema.schema: a JSON schema object is required",
+                              param="response_format.json_schema.schema")
+        config["format"] = {"type": "json_schema", "schema": schema}
+    elif kind == "json_object":
+        raise ClientError("response_format: json_object has no counterpart in the Anthropic Messages API the "
+                          "upstream speaks; send a json_schema response_format (structured outputs) instead",
+                          param="response_format")
+    elif fmt is not None and kind != "text":
+        raise ClientError(f"response_format: type {kind!r} is not one of text, json_schema, json_object",
+                          param="response_format")
+    effort = body.get("reasoning_effort")
+    if effort is not None:
+        if effort not in EFFORT_TO_ANTHROPIC:
+            raise ClientError(f"reasoning_effort: {effort!r} is not one of {', '.join(EFFORT_TO_ANTHROPIC)}",
+                              param="reasoning_effort")
+        config["effort"] = EFFORT_TO_ANTHROPIC[effort]
+    return config
+
+
+def _openai_output_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """An Anthropic body's ``output_config`` (and the beta's top-level ``output_format``) as OpenAI's
+    ``response_format`` (a JSON schema, not strict: Anthropic does not ask a schema to meet OpenAI's
+    strict-mode rules) and ``reasoning_effort``."""
+    out: dict[str, Any] = {}
+    config = body.get("output_config")
+    if config is not None and not isinstance(config, dict):
+        raise ClientError("output_config: must be an object", param="output_config")
+    config = config or {}
+    fmt = config.get("format") if config.get("format") is not None else body.get("output_format")
+    param = "output_config.format" if config.get("format") is not None else "output_format"
+    if fmt is not None:
+        if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+            raise ClientError(f"{param}: must be {{type: json_schema, schema: {{...}}}}", param=param)
+        out["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt["schema"]}}
+    effort = config.get("effort")
+    if effort is not None:
+        if effort not in EFFORT_TO_OPENAI:
+            raise ClientError(f"output_config.effort: {effort!r} is not one of {', '.join(EFFORT_TO_OPENAI)}",
+                              param="output_config.effort")
+        out["reasoning_effort"] = EFFORT_TO_OPENAI[effort]
     return out
 
 
@@ -311,4 +375,5 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
     user = (body.get("metadata") or {}).get("user_id") if isinstance(body.get("metadata"), dict) else None
     if user:
         out["user"] = str(user)
+    out.update(_openai_output_fields(body))
     return out

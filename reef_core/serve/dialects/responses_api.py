@@ -216,6 +216,9 @@ def responses_to_chat(body: dict[str, Any]) -> dict[str, Any]:
         out["response_format"] = {"type": "json_schema", "json_schema": schema}
     elif isinstance(fmt, dict) and fmt.get("type") == "json_object":
         out["response_format"] = {"type": "json_object"}
+    reasoning = body.get("reasoning")
+    if isinstance(reasoning, dict) and reasoning.get("effort") is not None:  # Codex sends it with every turn
+        out["reasoning_effort"] = reasoning["effort"]
     return out
 
 
