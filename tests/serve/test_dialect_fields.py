@@ -47,3 +47,69 @@ def test_anthropic_structured_output_and_effort_reach_openai_and_responses_upstr
     responses = translate_request(body, "anthropic", "responses")
     assert responses["text"]["format"]["schema"] == SCHEMA
     assert responses["reasoning"]["effort"] == chat["reasoning_effort"]
+
+
+PNG = "data:image/png;base64,iVBO"
+SHOT_TOOL = {"name": "shot", "input_schema": {"type": "object", "properties": {}}}
+
+
+def _image_urls(content):
+    return [p["image_url"]["url"] for p in content if isinstance(p, dict) and p.get("type") == "image_url"] \
+        if isinstance(content, list) else []
+
+
+def test_an_anthropic_tool_result_image_reaches_an_openai_upstream_after_the_tool_messages():
+    body = {"model": "m", "max_tokens": 9, "tools": [SHOT_TOOL], "messages": [
+        {"role": "user", "content": "take two"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "shot", "input": {}},
+                                          {"type": "tool_use", "id": "t2", "name": "shot", "input": {}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "is_error": True, "content": [
+                {"type": "text", "text": "partial"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}}]},
+            {"type": "tool_result", "tool_use_id": "t2", "content": "none"},
+            {"type": "text", "text": "go on"}]}]}
+    out = translate_request(body, "anthropic", "openai")
+    roles = [m["role"] for m in out["messages"]]
+    assert roles == ["user", "assistant", "tool", "tool", "user"]
+    assert out["messages"][2]["content"] == "[tool error] partial"
+    assert _image_urls(out["messages"][4]["content"]) == [PNG]
+    assert "t1" in out["messages"][4]["content"][0]["text"] and out["messages"][4]["content"][-1]["text"] == "go on"
+    responses = translate_request(body, "anthropic", "responses")
+    images = [p for item in responses["input"] if item.get("role") == "user" and isinstance(item["content"], list)
+              for p in item["content"] if p["type"] == "input_image"]
+    assert images == [{"type": "input_image", "image_url": PNG}]
+
+
+def test_a_responses_function_output_image_reaches_chat_upstreams():
+    body = {"model": "m", "tools": [{"type": "function", "name": "shot", "parameters": {"type": "object"}}], "input": [
+        {"role": "user", "content": "shot"},
+        {"type": "function_call", "call_id": "c1", "name": "shot", "arguments": "{}"},
+        {"type": "function_call", "call_id": "c2", "name": "shot", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1",
+         "output": [{"type": "input_text", "text": "here"}, {"type": "input_image", "image_url": PNG}]},
+        {"type": "function_call_output", "call_id": "c2", "output": "nothing"}]}
+    chat = translate_request(body, "responses", "openai")
+    assert [m["role"] for m in chat["messages"]] == ["user", "assistant", "tool", "tool", "user"]
+    assert chat["messages"][2]["content"] == "here"
+    assert _image_urls(chat["messages"][4]["content"]) == [PNG]
+    anthropic = translate_request(body, "responses", "anthropic")
+    last = anthropic["messages"][-1]["content"]
+    assert [b["type"] for b in last] == ["tool_result", "tool_result", "text", "image"]
+    with pytest.raises(ClientError) as err:  # a file in a tool's output is refused like one in a message
+        translate_request({**body, "input": [*body["input"][:3], {
+            "type": "function_call_output", "call_id": "c1", "output": [{"type": "input_file", "file_id": "f"}]}]},
+            "responses", "openai")
+    assert err.value.param == "input.3.output.0"
+
+
+def test_a_chat_tool_message_image_reaches_a_responses_upstream():
+    body = {"model": "m", "messages": [
+        {"role": "user", "content": "shot"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "shot", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1",
+         "content": [{"type": "text", "text": "here"}, {"type": "image_url", "image_url": {"url": PNG}}]}]}
+    out = translate_request(body, "openai", "responses")
+    assert out["input"][-1] == {"type": "function_call_output", "call_id": "c1", "output": [
+        {"type": "input_text", "text": "here"}, {"type": "input_image", "image_url": PNG}]}

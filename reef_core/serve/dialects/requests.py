@@ -333,7 +333,17 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
                 text = _text_of(result) if not isinstance(result, str) else result
                 if b.get("is_error"):
                     text = f"[tool error] {text}"
-                messages.append({"role": "tool", "tool_call_id": b.get("tool_use_id", ""), "content": text})
+                call_id = b.get("tool_use_id", "")
+                messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
+                # a tool message holds text only: the result's images follow in the user message
+                # after the tool messages (the screenshot an agent's tool took)
+                media = [p for p in (_anthropic_block_to_part(r) for r in result if isinstance(r, dict)
+                                     and r.get("type") != "text") if p is not None] \
+                    if isinstance(result, list) else []
+                if media:
+                    parts += [{"type": "text", "text": f"(the result of tool call {call_id} included "
+                                                       f"{'this image' if len(media) == 1 else 'these images'})"},
+                              *media]
             else:
                 p = _anthropic_block_to_part(b)
                 if p is not None:

@@ -48,19 +48,20 @@ def input_items(value: Any, param: str = "input") -> list[dict[str, Any]]:
     raise ClientError(f"{param}: must be a string or an array of input items", param=param)
 
 
-def _parts(content: Any, where: str, param: str) -> list[dict[str, Any]]:
-    """Responses content parts as Chat Completions content parts (``where``/``param``: the item)."""
+def _parts(content: Any, where: str, param: str, field: str = "content") -> list[dict[str, Any]]:
+    """Responses content parts as Chat Completions content parts (``where``/``param``: the item,
+    ``field``: its field holding them)."""
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     if not isinstance(content, list):
-        raise ClientError(f"{where}.content: must be a string or an array of content parts", param=f"{param}.content")
+        raise ClientError(f"{where}.{field}: must be a string or an array of content parts", param=f"{param}.{field}")
     out: list[dict[str, Any]] = []
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
         if kind in ("input_text", "output_text", "text", "summary_text"):
             if not isinstance(part.get("text"), str):  # OpenAI requires it: not an empty message in its place
-                raise ClientError(f"{where}.content[{j}]: a {kind} part needs its 'text' (a string)",
-                                  param=f"{param}.content.{j}.text")
+                raise ClientError(f"{where}.{field}[{j}]: a {kind} part needs its 'text' (a string)",
+                                  param=f"{param}.{field}.{j}.text")
             out.append({"type": "text", "text": part["text"]})
         elif kind == "refusal":
             out.append({"type": "text", "text": str(part.get("refusal", ""))})
@@ -71,9 +72,9 @@ def _parts(content: Any, where: str, param: str) -> list[dict[str, Any]]:
             out.append({"type": "image_url", "image_url": image})
         else:
             shown = kind if kind == "input_file" else (kind or "untyped part")
-            raise ClientError(f"{where}.content[{j}]: content of type {shown!r} is not supported by Reef "
+            raise ClientError(f"{where}.{field}[{j}]: content of type {shown!r} is not supported by Reef "
                               f"(send input_text, output_text or input_image with an image_url)",
-                              param=f"{param}.content.{j}")
+                              param=f"{param}.{field}.{j}")
     return out
 
 
@@ -157,9 +158,13 @@ def responses_to_chat(body: dict[str, Any]) -> dict[str, Any]:
     instructions = body.get("instructions")
     if instructions:
         messages.append({"role": "system", "content": _text_of(instructions)})
+    tool_media: list[dict[str, Any]] = []  # images of the tool outputs just read, for one user message
     for i, item in enumerate(input_items(body.get("input"))):
         where = f"input[{i}]"
         kind = item.get("type", "message" if "role" in item else None)
+        if tool_media and kind != "function_call_output":
+            messages.append({"role": "user", "content": tool_media})
+            tool_media = []
         if kind == "message":
             role = item.get("role")
             if role not in ("user", "assistant", "system", "developer"):
@@ -185,14 +190,27 @@ def responses_to_chat(body: dict[str, Any]) -> dict[str, Any]:
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind == "function_call_output":
-            messages.append({"role": "tool", "tool_call_id": str(item.get("call_id", "")),
-                             "content": _output_text(item.get("output"))})
+            call_id = str(item.get("call_id", ""))
+            output = item.get("output")
+            media = []
+            if isinstance(output, list):  # text and images: a tool message holds the text only
+                parts = _parts(output, where, f"input.{i}", "output")
+                media = [p for p in parts if p["type"] != "text"]
+                output = "\n".join(p["text"] for p in parts if p["type"] == "text")
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": _output_text(output)})
+            if media:  # after this turn's tool messages, which must follow their calls unbroken
+                tool_media += [{"type": "text", "text": f"(the result of tool call {call_id} included "
+                                                        f"{'this image' if len(media) == 1 else 'these images'})"},
+                               *media]
+            continue
         elif kind == "reasoning":
             continue  # a chat upstream has no place for reasoning items (often encrypted anyway)
         else:
             raise ClientError(f"{where}: input item type {kind!r} is not supported by Reef (send message, "
                               f"function_call, function_call_output or reasoning items; previous_response_id "
                               f"instead of item_reference)", param=f"input.{i}.type")
+    if tool_media:
+        messages.append({"role": "user", "content": tool_media})
     if not any(m["role"] != "system" for m in messages):
         raise ClientError("input: at least one message or function call output is required", param="input")
     if body.get("top_logprobs"):  # the translated answer's output_text carries no logprobs

@@ -102,8 +102,11 @@ def chat_to_responses_request(body: dict[str, Any]) -> dict[str, Any]:
                 items.append({"type": "function_call", "call_id": str(call.get("id") or f"call_{i}_{k}"),
                               "name": str(fn.get("name", "")), "arguments": fn.get("arguments") or "{}"})
         elif role == "tool":
+            # images a tool returned (a chat client may send them in a tool message) stay with its output
+            media = isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == "image_url"
+                                                      for p in content)
             items.append({"type": "function_call_output", "call_id": str(message.get("tool_call_id", "")),
-                          "output": _text_of(content)})
+                          "output": _input_parts(content, where) if media else _text_of(content)})
         else:
             raise ClientError(f"{where}.role: {role!r} is not one of system, developer, user, assistant, tool",
                               param=f"messages.{i}.role")
