@@ -113,3 +113,49 @@ def test_a_chat_tool_message_image_reaches_a_responses_upstream():
     out = translate_request(body, "openai", "responses")
     assert out["input"][-1] == {"type": "function_call_output", "call_id": "c1", "output": [
         {"type": "input_text", "text": "here"}, {"type": "input_image", "image_url": PNG}]}
+
+
+PDF = "JVBERi0xLjQK"
+
+
+def test_a_chat_pdf_file_part_reaches_anthropic_and_responses_upstreams():
+    body = {"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "summarize"},
+        {"type": "file", "file": {"filename": "a.pdf", "file_data": f"data:application/pdf;base64,{PDF}"}}]}]}
+    anthropic = translate_request(body, "openai", "anthropic")
+    assert anthropic["messages"][0]["content"][1] == {
+        "type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": PDF}, "title": "a.pdf"}
+    responses = translate_request(body, "openai", "responses")
+    assert responses["input"][0]["content"][1] == {"type": "input_file", "filename": "a.pdf",
+                                                   "file_data": f"data:application/pdf;base64,{PDF}"}
+
+
+AUDIO = {"type": "input_audio", "input_audio": {"data": "AAA", "format": "wav"}}
+
+
+# (a file_id before a Responses upstream is fine: that upstream is OpenAI, whose files the client names)
+@pytest.mark.parametrize("part,target", [(AUDIO, "anthropic"), (AUDIO, "responses"),
+                                         ({"type": "file", "file": {"file_id": "file-1"}}, "anthropic")])
+def test_content_a_chat_upstream_alone_reads_is_refused_naming_it(part, target):
+    body = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}, part]}]}
+    with pytest.raises(ClientError) as err:
+        translate_request(body, "openai", target)
+    assert err.value.param == "messages.0.content.1"
+
+
+def test_an_anthropic_document_reaches_openai_and_responses_upstreams():
+    body = {"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": [
+        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": PDF}},
+        {"type": "document", "title": "Notes", "source": {"type": "text", "media_type": "text/plain", "data": "n1"}},
+        {"type": "text", "text": "summarize"}]}]}
+    chat = translate_request(body, "anthropic", "openai")
+    assert chat["messages"][0]["content"] == [
+        {"type": "file", "file": {"filename": "document.pdf", "file_data": f"data:application/pdf;base64,{PDF}"}},
+        {"type": "text", "text": "Notes\n\nn1"}, {"type": "text", "text": "summarize"}]
+    responses = translate_request(body, "anthropic", "responses")
+    assert [p["type"] for p in responses["input"][0]["content"]] == ["input_file", "input_text", "input_text"]
+    with pytest.raises(ClientError) as err:  # a URL document: Chat Completions takes files inline only
+        translate_request({**body, "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "x"}, {"type": "document", "source": {"type": "url", "url": "https://x/a.pdf"}}]}]},
+            "anthropic", "openai")
+    assert err.value.param == "messages.0.content.1.source"

@@ -78,7 +78,33 @@ def _dump_arguments(value: Any) -> str:
 # ---------------------------------------------------------------------------- OpenAI -> Anthropic
 
 
-def _openai_part_to_block(part: Any) -> dict[str, Any] | None:
+def _data_url(url: str) -> tuple[str, str] | None:
+    """(media type, base64 data) of a ``data:<media>;base64,<data>`` URL, else None."""
+    if url.startswith("data:") and ";base64," in url:
+        media, data = url[5:].split(";base64,", 1)
+        return media, data
+    return None
+
+
+def _openai_file_to_document(part: dict[str, Any], param: str) -> dict[str, Any]:
+    """A Chat Completions ``file`` part (a PDF sent inline) as an Anthropic ``document`` block."""
+    file = part.get("file")
+    data = _data_url(file.get("file_data") or "") if isinstance(file, dict) and \
+        isinstance(file.get("file_data"), str) else None
+    if data is None:
+        raise ClientError(f"{param}: a file part needs its file_data as a base64 data URL before an Anthropic "
+                          f"upstream (a file_id names a file of OpenAI's, which Anthropic cannot read)", param=param)
+    media, payload = data
+    if media != "application/pdf":
+        raise ClientError(f"{param}: a file of type {media!r} cannot be sent to an Anthropic upstream "
+                          f"(documents are PDFs)", param=param)
+    block: dict[str, Any] = {"type": "document", "source": {"type": "base64", "media_type": media, "data": payload}}
+    if file.get("filename"):
+        block["title"] = str(file["filename"])
+    return block
+
+
+def _openai_part_to_block(part: Any, param: str) -> dict[str, Any] | None:
     if isinstance(part, str):
         return {"type": "text", "text": part}
     if not isinstance(part, dict):
@@ -86,25 +112,30 @@ def _openai_part_to_block(part: Any) -> dict[str, Any] | None:
     kind = part.get("type")
     if kind == "text":
         return {"type": "text", "text": str(part.get("text", ""))}
+    if kind == "refusal":  # an assistant's refusal, as it said it
+        return {"type": "text", "text": str(part.get("refusal", ""))}
     if kind == "image_url":
         url = part.get("image_url")
         url = url.get("url") if isinstance(url, dict) else url
         if not isinstance(url, str):
             return None
-        if url.startswith("data:") and ";base64," in url:
-            media, data = url[5:].split(";base64,", 1)
-            return {"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}
+        data = _data_url(url)
+        if data:
+            return {"type": "image", "source": {"type": "base64", "media_type": data[0], "data": data[1]}}
         return {"type": "image", "source": {"type": "url", "url": url}}
-    return None
+    if kind == "file":
+        return _openai_file_to_document(part, param)
+    raise ClientError(f"{param}: content of type {kind!r} cannot be sent to an Anthropic upstream "
+                      f"(send text, image_url or a PDF file)", param=param)
 
 
-def _openai_content_blocks(content: Any) -> list[dict[str, Any]]:
+def _openai_content_blocks(content: Any, param: str) -> list[dict[str, Any]]:
     if content is None:
         return []
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content else []
     if isinstance(content, list):
-        return [b for b in (_openai_part_to_block(p) for p in content) if b is not None]
+        return [b for b in (_openai_part_to_block(p, f"{param}.{j}") for j, p in enumerate(content)) if b is not None]
     return [{"type": "text", "text": str(content)}]
 
 
@@ -131,9 +162,9 @@ def openai_to_anthropic(body: dict[str, Any], *, default_max_tokens: int = DEFAU
             if text:
                 system.append(text)
         elif role == "user":
-            append("user", _openai_content_blocks(m.get("content")))
+            append("user", _openai_content_blocks(m.get("content"), f"messages.{i}.content"))
         elif role == "assistant":
-            blocks = _openai_content_blocks(m.get("content"))
+            blocks = _openai_content_blocks(m.get("content"), f"messages.{i}.content")
             for tc in m.get("tool_calls") or []:
                 fn = tc.get("function") or {}
                 blocks.append({"type": "tool_use", "id": tc.get("id") or f"toolu_{i}",
@@ -145,7 +176,8 @@ def openai_to_anthropic(body: dict[str, Any], *, default_max_tokens: int = DEFAU
             append("assistant", blocks)
         elif role in ("tool", "function"):
             content = m.get("content")
-            result: Any = content if isinstance(content, str) else _openai_content_blocks(content)
+            result: Any = content if isinstance(content, str) else \
+                _openai_content_blocks(content, f"messages.{i}.content")
             append("user", [{"type": "tool_result", "tool_use_id": m.get("tool_call_id") or m.get("name", ""),
                              "content": result}])
         else:
@@ -263,7 +295,7 @@ def _openai_output_fields(body: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- Anthropic -> OpenAI
 
 
-def _anthropic_block_to_part(block: Any) -> dict[str, Any] | None:
+def _anthropic_block_to_part(block: Any, param: str) -> dict[str, Any] | None:
     if isinstance(block, str):
         return {"type": "text", "text": block}
     if not isinstance(block, dict):
@@ -278,7 +310,27 @@ def _anthropic_block_to_part(block: Any) -> dict[str, Any] | None:
                     "image_url": {"url": f"data:{src.get('media_type', 'image/png')};base64,{src.get('data', '')}"}}
         if src.get("type") == "url":
             return {"type": "image_url", "image_url": {"url": src.get("url", "")}}
+        raise ClientError(f"{param}: an image of source type {src.get('type')!r} cannot be sent to an OpenAI-style "
+                          f"upstream (send it base64 or by URL)", param=f"{param}.source")
+    if kind == "document":
+        return _anthropic_document_to_part(block, param)
     return None
+
+
+def _anthropic_document_to_part(block: dict[str, Any], param: str) -> dict[str, Any]:
+    """An Anthropic ``document`` block as a Chat Completions part: a PDF as a ``file`` part with its
+    data inline, a plain-text document (or one given as content blocks) as text under its title."""
+    src = block.get("source") or {}
+    kind = src.get("type")
+    title = block.get("title")
+    if kind == "base64" and src.get("media_type", "application/pdf") == "application/pdf":
+        return {"type": "file", "file": {"filename": str(title or "document.pdf"),
+                                         "file_data": f"data:application/pdf;base64,{src.get('data', '')}"}}
+    if kind in ("text", "content"):
+        text = str(src.get("data", "")) if kind == "text" else _text_of(src.get("content"))
+        return {"type": "text", "text": f"{title}\n\n{text}" if title else text}
+    raise ClientError(f"{param}: a document of source type {kind!r} cannot be sent to an OpenAI-style upstream "
+                      f"(send a base64 PDF or text)", param=f"{param}.source")
 
 
 def _openai_content(parts: list[dict[str, Any]]) -> Any:
@@ -315,10 +367,8 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
                     tool_calls.append({"id": b.get("id", ""), "type": "function",
                                        "function": {"name": b.get("name", ""),
                                                     "arguments": _dump_arguments(b.get("input"))}})
-                else:
-                    p = _anthropic_block_to_part(b)
-                    if p is not None and p["type"] == "text":
-                        parts.append(p)
+                elif isinstance(b, dict) and b.get("type") == "text":
+                    parts.append({"type": "text", "text": str(b.get("text", ""))})
             msg: dict[str, Any] = {"role": "assistant",
                                    "content": _openai_content(parts) if parts else None}
             if tool_calls:
@@ -327,7 +377,7 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
             continue
         # user: tool results become `tool` messages, which OpenAI wants right after the call
         parts = []
-        for b in blocks:
+        for j, b in enumerate(blocks):
             if isinstance(b, dict) and b.get("type") == "tool_result":
                 result = b.get("content")
                 text = _text_of(result) if not isinstance(result, str) else result
@@ -335,17 +385,15 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
                     text = f"[tool error] {text}"
                 call_id = b.get("tool_use_id", "")
                 messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
-                # a tool message holds text only: the result's images follow in the user message
-                # after the tool messages (the screenshot an agent's tool took)
-                media = [p for p in (_anthropic_block_to_part(r) for r in result if isinstance(r, dict)
-                                     and r.get("type") != "text") if p is not None] \
-                    if isinstance(result, list) else []
+                # a tool message holds text only: the result's images (and documents) follow in the
+                # user message after the tool messages (the screenshot an agent's tool took)
+                media = [p for p in (_anthropic_block_to_part(r, f"messages.{i}.content.{j}.content.{k}")
+                                     for k, r in enumerate(result) if isinstance(r, dict) and r.get("type") != "text")
+                         if p is not None] if isinstance(result, list) else []
                 if media:
-                    parts += [{"type": "text", "text": f"(the result of tool call {call_id} included "
-                                                       f"{'this image' if len(media) == 1 else 'these images'})"},
-                              *media]
+                    parts += [{"type": "text", "text": f"(attached to the result of tool call {call_id}:)"}, *media]
             else:
-                p = _anthropic_block_to_part(b)
+                p = _anthropic_block_to_part(b, f"messages.{i}.content.{j}")
                 if p is not None:
                     parts.append(p)
         if parts:

@@ -199,9 +199,7 @@ def responses_to_chat(body: dict[str, Any]) -> dict[str, Any]:
                 output = "\n".join(p["text"] for p in parts if p["type"] == "text")
             messages.append({"role": "tool", "tool_call_id": call_id, "content": _output_text(output)})
             if media:  # after this turn's tool messages, which must follow their calls unbroken
-                tool_media += [{"type": "text", "text": f"(the result of tool call {call_id} included "
-                                                        f"{'this image' if len(media) == 1 else 'these images'})"},
-                               *media]
+                tool_media += [{"type": "text", "text": f"(attached to the result of tool call {call_id}:)"}, *media]
             continue
         elif kind == "reasoning":
             continue  # a chat upstream has no place for reasoning items (often encrypted anyway)

@@ -39,9 +39,13 @@ def _input_parts(content: Any, where: str) -> Any:
     if not isinstance(content, list):
         raise ClientError(f"{where}.content: must be a string or an array of content parts", param=f"{where}.content")
     parts: list[dict[str, Any]] = []
-    for part in content:
+    for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind == "text":
+        if kind == "file":  # a PDF sent inline, or a file of the provider's by its id
+            file = part.get("file") if isinstance(part.get("file"), dict) else {}
+            parts.append({"type": "input_file", **{k: file[k] for k in ("file_data", "file_id", "filename")
+                                                   if isinstance(file.get(k), str)}})
+        elif kind == "text":
             parts.append({"type": "input_text", "text": str(part.get("text", ""))})
         elif kind == "image_url":
             image = part.get("image_url")
@@ -52,6 +56,10 @@ def _input_parts(content: Any, where: str) -> Any:
             parts.append(item)
         elif isinstance(part, str):
             parts.append({"type": "input_text", "text": part})
+        else:
+            raise ClientError(f"{where}.content[{j}]: content of type {kind!r} cannot be sent to a Responses "
+                              f"upstream (send text, image_url or file)",
+                              param=f"{where.replace('[', '.').replace(']', '')}.content.{j}")
     return parts
 
 
