@@ -159,3 +159,18 @@ def test_an_anthropic_document_reaches_openai_and_responses_upstreams():
             {"type": "text", "text": "x"}, {"type": "document", "source": {"type": "url", "url": "https://x/a.pdf"}}]}]},
             "anthropic", "openai")
     assert err.value.param == "messages.0.content.1.source"
+
+
+@pytest.mark.parametrize("source,target,fields,param", [
+    ("openai", "responses", {"stop": ["END"]}, "stop"),
+    ("openai", "responses", {"n": 2}, "n"),
+    ("openai", "responses", {"logprobs": True, "top_logprobs": 2}, "logprobs"),
+    ("openai", "anthropic", {"logprobs": True}, "logprobs"),
+    ("openai", "anthropic", {"top_logprobs": 3}, "top_logprobs"),
+    ("anthropic", "responses", {"stop_sequences": ["END"]}, "stop_sequences"),
+])
+def test_fields_that_would_change_the_answer_unseen_are_refused_naming_them(source, target, fields, param):
+    body = {"model": "m", "max_tokens": 9, "messages": USER, **fields}
+    with pytest.raises(ClientError) as err:
+        translate_request(body, source, target)
+    assert err.value.param == param

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import RuntimeCallError
+from ..errors import ClientError
 from . import requests as _requests
 from . import responses as _responses
 from . import streams as _streams
@@ -50,10 +51,25 @@ def translate_request(body: dict[str, Any], source: str, target: str, *,
             body = responses_to_chat(body)
         source = "openai"
     if target == "responses":
+        _no_responses_counterpart(body, source)
         chat = _requests.translate_request(body, source, "openai", default_max_tokens=default_max_tokens)
         with _requests.client_shape(source, target):
             return chat_to_responses_request(chat)
     return _requests.translate_request(body, source, target, default_max_tokens=default_max_tokens)
+
+
+def _no_responses_counterpart(body: dict[str, Any], source: str) -> None:
+    """A 400 naming a field of a chat client's body that the Responses API cannot express and
+    that would change the answer: stop sequences (the text would run past them) and ``n > 1``
+    (the client would read choices that never come)."""
+    stop = body.get("stop") if source == "openai" else body.get("stop_sequences")
+    if stop:
+        key = "stop" if source == "openai" else "stop_sequences"
+        raise ClientError(f"{key}: the upstream speaks the Responses API, which has no stop sequences; leave "
+                          f"{key} out", param=key)
+    n = body.get("n") if source == "openai" else None
+    if isinstance(n, int | float) and not isinstance(n, bool) and n > 1:
+        raise ClientError("n > 1 is not supported when the upstream speaks the Responses API", param="n")
 
 
 def translate_response(body: dict[str, Any], source: str, target: str, *,

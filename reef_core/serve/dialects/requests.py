@@ -142,6 +142,10 @@ def _openai_content_blocks(content: Any, param: str) -> list[dict[str, Any]]:
 def openai_to_anthropic(body: dict[str, Any], *, default_max_tokens: int = DEFAULT_MAX_TOKENS) -> dict[str, Any]:
     if (body.get("n") or 1) > 1:
         raise ClientError("n > 1 is not supported when the upstream speaks the Anthropic dialect", param="n")
+    if body.get("logprobs") or body.get("top_logprobs"):  # the answer would come back without them
+        key = "logprobs" if body.get("logprobs") else "top_logprobs"
+        raise ClientError(f"{key}: the upstream speaks the Anthropic dialect, which returns no logprobs; leave "
+                          f"{key} out", param=key)
     system: list[str] = []
     messages: list[dict[str, Any]] = []
 

@@ -8,9 +8,10 @@ do in front of a chat upstream.
 
 What Chat Completions cannot express is dropped on the way back: ``reasoning`` items (the
 record keeps them), hosted tool calls the provider ran itself (``web_search_call`` …), and
-custom tool calls (a chat client declares no custom tools, so none come). ``stop`` and ``n``
-have no Responses counterpart and are not sent. A chat client's ``store`` defaults to false, as
-Chat Completions' does, so the provider keeps nothing unless the client asked.
+custom tool calls (a chat client declares no custom tools, so none come). ``stop``, ``n > 1``
+and ``logprobs`` have no Responses counterpart Reef carries: they are a 400 naming the field.
+A chat client's ``store`` defaults to false, as Chat Completions' does, so the provider keeps
+nothing unless the client asked.
 """
 
 from __future__ import annotations
@@ -118,6 +119,9 @@ def chat_to_responses_request(body: dict[str, Any]) -> dict[str, Any]:
         else:
             raise ClientError(f"{where}.role: {role!r} is not one of system, developer, user, assistant, tool",
                               param=f"messages.{i}.role")
+    if body.get("logprobs"):  # the translated answer carries no logprobs back
+        raise ClientError("logprobs: the upstream speaks the Responses API, whose logprobs Reef does not carry "
+                          "back to Chat Completions; leave logprobs out", param="logprobs")
     out: dict[str, Any] = {"model": body.get("model"), "input": items, "store": bool(body.get("store", False))}
     if instructions:
         out["instructions"] = "\n\n".join(instructions)
