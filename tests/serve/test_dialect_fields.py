@@ -174,3 +174,19 @@ def test_fields_that_would_change_the_answer_unseen_are_refused_naming_them(sour
     with pytest.raises(ClientError) as err:
         translate_request(body, source, target)
     assert err.value.param == param
+
+
+@pytest.mark.parametrize("target", ["openai", "responses"])
+def test_an_anthropic_server_tool_is_refused_naming_it_not_dropped(target):
+    body = {"model": "m", "max_tokens": 9, "messages": USER,
+            "tools": [SHOT_TOOL, {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]}
+    with pytest.raises(ClientError) as err:
+        translate_request(body, "anthropic", target)
+    assert err.value.param == "tools.1.type" and "web_search_20250305" in str(err.value)
+
+
+def test_a_chat_tool_other_than_a_function_is_refused_before_an_anthropic_upstream():
+    body = {"model": "m", "messages": USER, "tools": [{"type": "custom", "custom": {"name": "patch"}}]}
+    with pytest.raises(ClientError) as err:
+        translate_request(body, "openai", "anthropic")
+    assert err.value.param == "tools.0"

@@ -50,8 +50,7 @@ def test_anthropic_request_to_openai_full():
     body = {
         "model": "m", "max_tokens": 10, "system": [{"type": "text", "text": "sys"}], "stop_sequences": ["X"],
         "stream": True, "metadata": {"user_id": "u"},
-        "tools": [{"name": "f", "input_schema": {"type": "object"}},
-                  {"type": "web_search_20250305", "name": "web_search"}],
+        "tools": [{"name": "f", "input_schema": {"type": "object"}}],
         "tool_choice": {"type": "tool", "name": "f", "disable_parallel_tool_use": True},
         "messages": [
             {"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "http://x/i.png"}},
@@ -73,7 +72,7 @@ def test_anthropic_request_to_openai_full():
     assert out["messages"][4] == {"role": "user", "content": "retry"}
     assert out["stop"] == ["X"] and out["user"] == "u" and out["max_tokens"] == 10
     assert out["stream_options"] == {"include_usage": True}
-    assert [t["function"]["name"] for t in out["tools"]] == ["f"]  # server tools have no OpenAI equivalent
+    assert [t["function"]["name"] for t in out["tools"]] == ["f"]
     assert out["tool_choice"] == {"type": "function", "function": {"name": "f"}}
     assert out["parallel_tool_calls"] is False
 

@@ -202,8 +202,11 @@ def openai_to_anthropic(body: dict[str, Any], *, default_max_tokens: int = DEFAU
     tools = body.get("tools")
     if tools:
         out["tools"] = []
-        for t in tools:
-            fn = t.get("function") or {}
+        for k, t in enumerate(tools):
+            fn = t.get("function")
+            if t.get("type", "function") != "function" or not isinstance(fn, dict):
+                raise ClientError(f"tools[{k}]: only function tools can be sent to an Anthropic upstream (this one is "
+                                  f"of type {t.get('type')!r})", param=f"tools.{k}")
             schema = fn.get("parameters") or {"type": "object", "properties": {}}
             tool = {"name": fn.get("name", ""), "input_schema": schema}
             if fn.get("description"):
@@ -414,7 +417,13 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
     if body.get("stream"):
         out["stream"] = True
         out["stream_options"] = {"include_usage": True}
-    tools = [t for t in body.get("tools") or [] if isinstance(t, dict) and "input_schema" in t]
+    tools = body.get("tools") or []
+    for k, t in enumerate(tools):
+        if isinstance(t, dict) and "input_schema" not in t:  # a server tool (web search, code execution, …)
+            raise ClientError(f"tools.{k}.type: the Anthropic tool {t.get('type') or t.get('name')!r} is run by "
+                              f"Anthropic's own service, and the upstream speaks the OpenAI dialect; declare a "
+                              f"custom tool (with an input_schema) your client runs", param=f"tools.{k}.type")
+    tools = [t for t in tools if isinstance(t, dict)]
     if tools:
         out["tools"] = []
         for t in tools:
