@@ -190,3 +190,11 @@ def test_a_chat_tool_other_than_a_function_is_refused_before_an_anthropic_upstre
     with pytest.raises(ClientError) as err:
         translate_request(body, "openai", "anthropic")
     assert err.value.param == "tools.0"
+
+
+@pytest.mark.parametrize("target", ["openai", "responses"])
+def test_an_anthropic_prefill_is_refused_before_an_upstream_that_would_not_continue_it(target):
+    body = {"model": "m", "max_tokens": 9, "messages": [*USER, {"role": "assistant", "content": '{"a":'}]}
+    with pytest.raises(ClientError) as err:
+        translate_request(body, "anthropic", target)
+    assert err.value.param == "messages.1"

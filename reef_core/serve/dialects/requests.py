@@ -348,6 +348,13 @@ def _openai_content(parts: list[dict[str, Any]]) -> Any:
 
 
 def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
+    turns = body.get("messages")
+    if isinstance(turns, list) and turns and isinstance(turns[-1], dict) and turns[-1].get("role") == "assistant":
+        # a prefill: Anthropic continues it; an OpenAI-style model answers a new turn after it instead
+        last = len(turns) - 1
+        raise ClientError(f"messages.{last}: the conversation ends with an assistant message (a prefill), which "
+                          f"the upstream, speaking the OpenAI dialect, does not continue; end with a user message",
+                          param=f"messages.{last}")
     messages: list[dict[str, Any]] = []
     system = body.get("system")
     if system:
