@@ -16,7 +16,8 @@ def test_a_json_schema_response_format_is_anthropic_structured_output():
     body = {"model": "m", "messages": USER, "reasoning_effort": "high",
             "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA, "strict": True}}}
     out = translate_request(body, "openai", "anthropic")
-    assert out["output_config"] == {"format": {"type": "json_schema", "schema": SCHEMA}, "effort": "high"}
+    # the effort stays behind: each provider takes one only for some of its models (requests.py says why)
+    assert out["output_config"] == {"format": {"type": "json_schema", "schema": SCHEMA}}
 
 
 def test_a_json_object_response_format_is_refused_before_an_anthropic_upstream():
@@ -32,21 +33,21 @@ def test_responses_text_format_and_reasoning_effort_reach_every_chat_upstream():
     assert chat["reasoning_effort"] == "low"
     assert chat["response_format"]["json_schema"]["schema"] == SCHEMA
     anthropic = translate_request(body, "responses", "anthropic")
-    assert anthropic["output_config"] == {"format": {"type": "json_schema", "schema": SCHEMA}, "effort": "low"}
+    assert anthropic["output_config"] == {"format": {"type": "json_schema", "schema": SCHEMA}}
 
 
 @pytest.mark.parametrize("key", ["output_config", "output_format"])
-def test_anthropic_structured_output_and_effort_reach_openai_and_responses_upstreams(key):
+def test_anthropic_structured_output_reaches_openai_and_responses_upstreams(key):
     fmt = {"type": "json_schema", "schema": SCHEMA}
     body = {"model": "m", "max_tokens": 9, "messages": USER,
             **({"output_config": {"format": fmt, "effort": "max"}} if key == "output_config"
                else {"output_format": fmt, "output_config": {"effort": "medium"}})}
     chat = translate_request(body, "anthropic", "openai")
     assert chat["response_format"] == {"type": "json_schema", "json_schema": {"name": "output", "schema": SCHEMA}}
-    assert chat["reasoning_effort"] == ("xhigh" if key == "output_config" else "medium")
+    assert "reasoning_effort" not in chat
     responses = translate_request(body, "anthropic", "responses")
     assert responses["text"]["format"]["schema"] == SCHEMA
-    assert responses["reasoning"]["effort"] == chat["reasoning_effort"]
+    assert "reasoning" not in responses
 
 
 PNG = "data:image/png;base64,iVBO"

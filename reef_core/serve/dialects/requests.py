@@ -238,17 +238,17 @@ def openai_to_anthropic(body: dict[str, Any], *, default_max_tokens: int = DEFAU
     return out
 
 
-#: OpenAI ``reasoning_effort`` -> Anthropic ``output_config.effort`` (Anthropic has no lower level than low)
-EFFORT_TO_ANTHROPIC = {"none": "low", "minimal": "low", "low": "low", "medium": "medium", "high": "high",
-                       "xhigh": "xhigh"}
-#: Anthropic ``output_config.effort`` -> OpenAI ``reasoning_effort``
-EFFORT_TO_OPENAI = {"low": "low", "medium": "medium", "high": "high", "xhigh": "xhigh", "max": "xhigh"}
+#: A reasoning effort does not cross between OpenAI and Anthropic: each accepts one only for some
+#: of its models (OpenAI refuses ``reasoning_effort`` on gpt-4o, Anthropic ``output_config.effort``
+#: on models without it), and an agent such as Codex sends one with every turn, so a faithful copy
+#: would turn a working setup into the upstream's 400. It is a hint about thoroughness, not about
+#: what the answer must be, so it is left out (docs/serving.md says so).
 
 
 def _anthropic_output_config(body: dict[str, Any]) -> dict[str, Any]:
-    """An OpenAI body's ``response_format`` and ``reasoning_effort`` as Anthropic's ``output_config``
-    (``format``: structured outputs with a JSON schema; ``effort``). What Anthropic cannot express
-    (a JSON object without a schema, an effort it has no word for) is a 400 naming the field."""
+    """An OpenAI body's ``response_format`` as Anthropic's ``output_config.format`` (structured
+    outputs with a JSON schema). What Anthropic cannot express (a JSON object without a schema) is a
+    400 naming the field."""
     config: dict[str, Any] = {}
     fmt = body.get("response_format")
     kind = fmt.get("type") if isinstance(fmt, dict) else fmt
@@ -266,19 +266,13 @@ def _anthropic_output_config(body: dict[str, Any]) -> dict[str, Any]:
     elif fmt is not None and kind != "text":
         raise ClientError(f"response_format: type {kind!r} is not one of text, json_schema, json_object",
                           param="response_format")
-    effort = body.get("reasoning_effort")
-    if effort is not None:
-        if effort not in EFFORT_TO_ANTHROPIC:
-            raise ClientError(f"reasoning_effort: {effort!r} is not one of {', '.join(EFFORT_TO_ANTHROPIC)}",
-                              param="reasoning_effort")
-        config["effort"] = EFFORT_TO_ANTHROPIC[effort]
     return config
 
 
 def _openai_output_fields(body: dict[str, Any]) -> dict[str, Any]:
     """An Anthropic body's ``output_config`` (and the beta's top-level ``output_format``) as OpenAI's
     ``response_format`` (a JSON schema, not strict: Anthropic does not ask a schema to meet OpenAI's
-    strict-mode rules) and ``reasoning_effort``."""
+    strict-mode rules)."""
     out: dict[str, Any] = {}
     config = body.get("output_config")
     if config is not None and not isinstance(config, dict):
@@ -290,12 +284,6 @@ def _openai_output_fields(body: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
             raise ClientError(f"{param}: must be {{type: json_schema, schema: {{...}}}}", param=param)
         out["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt["schema"]}}
-    effort = config.get("effort")
-    if effort is not None:
-        if effort not in EFFORT_TO_OPENAI:
-            raise ClientError(f"output_config.effort: {effort!r} is not one of {', '.join(EFFORT_TO_OPENAI)}",
-                              param="output_config.effort")
-        out["reasoning_effort"] = EFFORT_TO_OPENAI[effort]
     return out
 
 
