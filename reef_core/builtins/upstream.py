@@ -425,7 +425,7 @@ class UpstreamRuntime(Runtime):
                 for data in blocks:
                     if ended:
                         break
-                    if data.strip() == b"[DONE]":  # a sender's stray whitespace around it is no JSON to parse
+                    if data == b"[DONE]" or (len(data) < 16 and data.strip() == b"[DONE]"):  # stray whitespace too
                         # the end of a chat stream; a Responses stream's end is its response event, so
                         # one cut before it that a proxy ended with [DONE] is still incomplete
                         ended = True
