@@ -27,7 +27,14 @@ from reef_core import (
     refuse_bad_options,
     require_trainable,
 )
-from reef_train import LoraOptions, learner_option_problems, lineage, read_learner_state
+from reef_train import (
+    LoraOptions,
+    learner_option_problems,
+    lineage,
+    read_learner_state,
+    recorded_tokens_problem,
+    vocab_size_of,
+)
 from reef_train.backend import make_trainer
 
 if TYPE_CHECKING:
@@ -153,6 +160,12 @@ class SAORecipe(Recipe):
             return None
         runtime = require_trainable(ctx.runtime, ctx.recipe)
         base = runtime.base_model()
+        rollouts = self.in_vocabulary(rollouts, dropped, vocab_size_of(base.path))
+        if not rollouts:
+            ctx.skip(f"no usable rollout in this batch ({_counts(dropped)})", "no_usable_rollout",
+                     rollouts_stale=dropped["stale"])
+            ctx.log.info("sao: %s", ctx.skip_reason)
+            return None
         adapter, learner_dir, source = self.learner_source(head, current, runtime)
         before = read_learner_state(learner_dir, "sao") if learner_dir is not None else None
         chunks = self.steps_of(rollouts)
@@ -233,7 +246,7 @@ class SAORecipe(Recipe):
     def rollouts(self, batch: Batch, head: LineageHead | None) -> tuple[list[Rollout], dict[str, int]]:
         """The batch's trainable rollouts and how many experiences were left out, by reason (a
         rollout sampled more than ``max_staleness`` lineage steps behind ``head`` is ``stale``)."""
-        dropped = {"multi_reference": 0, "unscored": 0, "no_tokens": 0, "stale": 0}
+        dropped = {"multi_reference": 0, "unscored": 0, "no_tokens": 0, "bad_tokens": 0, "stale": 0}
         out = []
         for exp in batch:
             reason, rollout = self.rollout(exp, head)
@@ -250,8 +263,9 @@ class SAORecipe(Recipe):
             return "unscored", None
         rec = exp.records[0]
         prompt, response, logprobs = rec.prompt_token_ids, rec.response_token_ids, rec.logprobs
-        if not prompt or not response or logprobs is None or len(logprobs) != len(response):
-            return "no_tokens", None
+        problem = recorded_tokens_problem(prompt, response, logprobs)
+        if problem:
+            return problem, None
         lag = lineage.lag_of(head, rec.release_id)
         if lag > self.max_staleness:
             return "stale", None
@@ -260,6 +274,16 @@ class SAORecipe(Recipe):
         return None, Rollout(prompt_ids=list(prompt), response_ids=list(response), logprobs=[float(x) for x in logprobs],
                              temperature=record_temperature(rec), reward=float(exp.score), lag=lag,
                              release_id=rec.release_id)
+
+    @staticmethod
+    def in_vocabulary(rollouts: list[Rollout], dropped: dict[str, int], vocab_size: int | None) -> list[Rollout]:
+        """``rollouts`` whose token ids the base model's vocabulary holds (others, e.g. recorded
+        from another model, count as ``bad_tokens``); all of them when the size is unknown."""
+        if vocab_size is None:
+            return rollouts
+        kept = [r for r in rollouts if max(max(r.prompt_ids), max(r.response_ids)) < vocab_size]
+        dropped["bad_tokens"] += len(rollouts) - len(kept)
+        return kept
 
     # ------------------------------------------------------------------ learner state
 

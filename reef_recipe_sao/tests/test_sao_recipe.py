@@ -95,6 +95,24 @@ def test_multi_reference_and_unusable_reports_are_not_trained_on(tmp_path, train
     assert m["rollouts_dropped"] == 3
 
 
+def test_records_with_ids_outside_the_vocabulary_or_broken_logprobs_are_skipped_not_fatal(tmp_path, trainable_runtime,
+                                                                                         batch):
+    # token ids recorded from another model (the scenario's model changed) or a runtime's broken
+    # logprobs: each such report is dropped with a reason, the others train; none fails the step
+    exp = list(batch)
+    r = exp[0].records[0]
+    p, resp, lp = list(r.prompt_token_ids), list(r.response_token_ids), list(r.logprobs)
+    bad = [experience(80, 1.0, record(80, p, [10**6, *resp[1:]], lp)),
+           experience(81, 1.0, record(81, [-3, *p[1:]], resp, lp)),
+           experience(82, 1.0, record(82, p, resp, [None, *lp[1:]])),
+           experience(83, 1.0, record(83, p, resp, [float("nan"), *lp[1:]]))]
+    recipe = SAORecipe(num_critic_only_steps=0, state_dir=tmp_path / "state")
+    assert recipe.propose(Batch(SCENARIO, bad[:1]), None, context(tmp_path, None, trainable_runtime, "s0")) is None
+    cand = recipe.propose(Batch(SCENARIO, [*bad, *exp]), None, context(tmp_path, None, trainable_runtime, "s1"))
+    m = cand.metadata["sao"]["metrics"]
+    assert (m["rollouts_used"], m["rollouts_dropped_bad_tokens"]) == (len(exp), 4)
+
+
 def _lineage_at(recipe, tmp_path, steps: int, releases: dict[str, int]):
     """Give ``recipe``'s lineage a head ``steps`` steps in, having seen ``releases`` serve at
     the lineage steps given (what publishes and resets leave behind)."""

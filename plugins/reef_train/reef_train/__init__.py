@@ -69,6 +69,7 @@ _EXPORTS = {
     ".losses": ("clipped_surrogate", "dis_loss", "dis_weights", "importance_ratios", "masked_mean"),
     ".optim": ("make_optimizer", "optimizer_step", "trainable_parameters"),
     ".options": ("LoraOptions", "learner_option_problems"),
+    ".recorded": ("recorded_tokens_problem", "vocab_size_of"),
     ".policy": ("linear_module_names", "load_policy", "load_tokenizer", "load_trainable", "save_adapter",
                 "seed_everything"),
     ".rollout": ("rollout",),
@@ -136,6 +137,7 @@ __all__ = [
     "micro_batches",
     "optimizer_step",
     "read_learner_state",
+    "recorded_tokens_problem",
     "reference_logprobs",
     "response_logprobs",
     "rollout",
@@ -148,5 +150,6 @@ __all__ = [
     "train_step",
     "trainable_parameters",
     "vocab_logprobs",
+    "vocab_size_of",
 ]
 __version__ = "0.1.0"
