@@ -192,7 +192,8 @@ class SAORecipe(Recipe):
             metrics["lineage_kl"] = result["kl"]
         ctx.log.info("sao step %d: %s", metrics["step"], _counts({k: v for k, v in metrics.items()
                                                                   if isinstance(v, (int, float))}))
-        moved = any(m.get("actor_updated") and m.get("actor_grad_norm", 0.0) > 0 for m in steps)
+        # a gradient that is not finite did not step (reef_train.optimizer_step): it moved nothing
+        moved = any(m.get("actor_updated") and 0 < m.get("actor_grad_norm", 0.0) < math.inf for m in steps)
         warmed = any(not m.get("actor_updated") and m.get("rollouts_used", 0) for m in steps)
         if not (moved or warmed):
             # nothing to learn from (e.g. no reward: the actor's gradient is zero): the lineage

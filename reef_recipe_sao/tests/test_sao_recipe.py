@@ -113,6 +113,17 @@ def test_records_with_ids_outside_the_vocabulary_or_broken_logprobs_are_skipped_
     assert (m["rollouts_used"], m["rollouts_dropped_bad_tokens"]) == (len(exp), 4)
 
 
+def test_a_huge_score_does_not_write_nan_into_the_lineages_critic(tmp_path, trainable_runtime, batch):
+    # a finite but huge reward overflows the critic's loss; a warm-up step must not save NaN weights
+    exp = list(batch)
+    r = exp[0].records[0]
+    huge = experience(70, 1e300, record(70, r.prompt_token_ids, r.response_token_ids, r.logprobs))
+    recipe = SAORecipe(state_dir=tmp_path / "state")
+    assert recipe.propose(Batch(SCENARIO, [huge, *exp[1:]]), None, context(tmp_path, None, trainable_runtime)) is None
+    saved = list((tmp_path / "state").rglob("*.safetensors"))
+    assert saved and all(torch.isfinite(t).all() for f in saved for t in load_file(str(f)).values())
+
+
 def _lineage_at(recipe, tmp_path, steps: int, releases: dict[str, int]):
     """Give ``recipe``'s lineage a head ``steps`` steps in, having seen ``releases`` serve at
     the lineage steps given (what publishes and resets leave behind)."""

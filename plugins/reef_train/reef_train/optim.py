@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,7 +40,9 @@ def optimizer_step(model: Any, optimizer: torch.optim.Optimizer, loss: torch.Ten
                    max_grad_norm: float | None = 1.0) -> float:
     """Back-propagate ``loss`` (None: the gradients are already accumulated), clip the gradient
     norm of ``model``'s trainable parameters (or of ``model``, a list of parameters) to
-    ``max_grad_norm`` (None: no clipping), step, zero; returns the norm before clipping."""
+    ``max_grad_norm`` (None: no clipping), step, zero; returns the norm before clipping. A
+    gradient that is not finite (inf or NaN, e.g. from a reward of 1e300) does not step: it
+    would write NaN into every parameter and the optimizer's moments for good."""
     if loss is not None:
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -49,6 +52,7 @@ def optimizer_step(model: Any, optimizer: torch.optim.Optimizer, loss: torch.Ten
     else:
         grads = [p.grad.detach() for p in params if p.grad is not None]
         norm = torch.sqrt(sum((g ** 2).sum() for g in grads)) if grads else 0.0
-    optimizer.step()
+    if math.isfinite(float(norm)):
+        optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return float(norm)

@@ -194,3 +194,18 @@ def test_micro_batches_keep_rows_times_longest_within_the_budget():
     assert index.tolist() == [1] and sub.input_ids.tolist() == [[5, 9]] and sub.targets.tolist() == [[9]]
     index, sub = batch.rows([2, 0])
     assert sub.input_ids.tolist() == [[1, 2, 3, 4], [5, 6, 7, 8]] and sub.response_mask.tolist() == [[0, 0, 1], [0, 1, 1]]
+
+
+def test_a_gradient_that_is_not_finite_does_not_step():
+    # e.g. a reward of 1e300: one step would write NaN into the weights and the optimizer's moments
+    import torch
+
+    from reef_train.optim import optimizer_step
+
+    w = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.AdamW([w], lr=0.1)
+    norm = optimizer_step([w], opt, (w * torch.tensor([1e38, 1e38, 1e38])).sum() * 1e10, max_grad_norm=1.0)
+    assert not math.isfinite(norm)
+    assert torch.equal(w.detach(), torch.ones(3)) and w.grad is None and not opt.state
+    optimizer_step([w], opt, w.sum(), max_grad_norm=1.0)
+    assert torch.isfinite(w).all() and not torch.equal(w.detach(), torch.ones(3))
