@@ -27,6 +27,9 @@ from .sessions import BoundTurn
 
 HINT_START, HINT_END = "[HINT_START]", "[HINT_END]"
 MIN_HINT_CHARS = 10
+#: a hint becomes part of a teacher prompt: a report's feedback of megabytes would be tokenized and
+#: run forward whole (and copied into the recipe's record), so a hint is cut at this length
+MAX_HINT_CHARS = 4000
 
 EVALUATE_SYSTEM = (
     "You judge an AI assistant's reply by what happened right after it. You see the conversation "

@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reef_train import recorded_tokens_problem
+
 from .dispatch import DispatchCounters, dispatch
-from .prm import JudgeResult, judge_turn
+from .prm import MAX_HINT_CHARS, JudgeResult, judge_turn
 from .sessions import BoundTurn, SessionIndex
 
 log = logging.getLogger("reef.openclaw")
@@ -50,17 +52,36 @@ class ProcessorOptions:
 
 
 def capture_problem(record: Any, top_k: int) -> str | None:
-    """Why ``record`` cannot train OpenClaw (``no_tokens``, ``no_topk``), or None: it needs its
-    prompt and response token ids, one sampling logprob and one top-K list per response token."""
+    """Why ``record`` cannot train OpenClaw (``no_tokens``, ``bad_tokens``, ``no_topk``), or None: it
+    needs its prompt and response token ids, one sampling logprob and one top-K list per response
+    token, all well formed (``reef_train.recorded_tokens_problem``; a top-K entry is ``[id, logprob]``
+    with a token id)."""
     response = getattr(record, "response_token_ids", None)
-    logprobs = getattr(record, "logprobs", None)
-    if not getattr(record, "prompt_token_ids", None) or not response or logprobs is None \
-            or len(logprobs) != len(response):
-        return "no_tokens"
+    problem = recorded_tokens_problem(getattr(record, "prompt_token_ids", None), response,
+                                      getattr(record, "logprobs", None))
+    if problem:
+        return problem
     top = getattr(record, "top_logprobs", None)
     if top_k > 0 and (top is None or len(top) != len(response) or any(not t for t in top)):
         return "no_topk"
+    if top is not None and not all(isinstance(t, list) and all(_top_pair(p) for p in t) for t in top):
+        return "bad_tokens"
     return None
+
+
+def _top_pair(pair: Any) -> bool:
+    return isinstance(pair, (list, tuple)) and len(pair) == 2 and isinstance(pair[0], int) \
+        and not isinstance(pair[0], bool) and pair[0] >= 0
+
+
+def judged_dispatch(meta: dict[str, Any]) -> Any:
+    """The dispatch a computed report's metadata records (the judge's vote and hints), or None when
+    it is not one the judge could have written (any client may post metadata under this key)."""
+    vote = meta.get("eval_score", 0)
+    hints = meta.get("hints") or []
+    if isinstance(vote, bool) or vote not in (-1, 0, 1) or not isinstance(hints, list):
+        return None
+    return dispatch(int(vote), [h[:MAX_HINT_CHARS] for h in hints if isinstance(h, str)])
 
 
 class TurnProcessor:

@@ -28,14 +28,15 @@ from reef_core import (
     RecipeContext,
     refuse_bad_options,
     require_trainable,
+    trainable_base,
 )
-from reef_train import LoraOptions, learner_option_problems, lineage, read_learner_state
+from reef_train import LoraOptions, learner_option_problems, lineage, read_learner_state, vocab_size_of
 from reef_train.backend import make_trainer
 
 from .dispatch import dispatch
 from .judge import check_judge_spec, judge_spec
-from .prm import MIN_HINT_CHARS
-from .processor import METADATA_KEY, ProcessorOptions, TurnProcessor, capture_problem
+from .prm import MAX_HINT_CHARS, MIN_HINT_CHARS
+from .processor import METADATA_KEY, ProcessorOptions, TurnProcessor, capture_problem, judged_dispatch
 from .teachers import teacher_prompt_ids
 
 if TYPE_CHECKING:
@@ -177,24 +178,27 @@ class OpenClawRecipe(Recipe):
 
     # ------------------------------------------------------------------ propose
 
-    def turn_of(self, exp: Experience, head: Any = None) -> tuple[str | None, dict[str, Any], TrainTurn | None]:
+    def turn_of(self, exp: Experience, head: Any = None,
+                vocab_size: int | None = None) -> tuple[str | None, dict[str, Any], TrainTurn | None]:
         """(why it does not train, its entry, the turn) for one experience of the batch; a turn
-        sampled more than ``max_staleness`` lineage steps behind ``head`` is ``stale``."""
+        sampled more than ``max_staleness`` lineage steps behind ``head`` is ``stale``, one whose
+        token ids the base model's vocabulary (``vocab_size``) does not hold is ``bad_tokens``."""
         meta = exp.metadata.get(METADATA_KEY) if isinstance(exp.metadata, dict) else None
         if len(exp.records) != 1:
             return "multi_reference", {"report_id": exp.report_id}, None
         rec = exp.records[0]
         if isinstance(meta, dict):  # computed: the judge already dispatched it
+            d = judged_dispatch(meta)
+            if d is None:  # a client's metadata under the judge's key, not the judge's
+                return "bad_metadata", {"record_id": rec.id, "report_id": exp.report_id}, None
             entry = {**meta, "record_id": rec.id, "report_id": exp.report_id, "source": "judge"}
-            hints = [h for h in meta.get("hints") or [] if isinstance(h, str)]
-            d = dispatch(int(meta.get("eval_score", 0)), hints)
             reward = float(exp.score) if exp.score is not None else d.reward
         else:  # an explicit report: its score is the reward, its feedback text a hint
             score = exp.score
             if score is None or isinstance(score, bool) or not math.isfinite(score):
                 return "unscored", {"record_id": rec.id, "report_id": exp.report_id}, None
             text = exp.feedback_text()
-            hints = [text] if len(text) > MIN_HINT_CHARS else []
+            hints = [text[:MAX_HINT_CHARS]] if len(text) > MIN_HINT_CHARS else []
             d = dispatch(int(math.copysign(1, score)) if score else 0, hints)
             reward = float(score)
             entry = {"record_id": rec.id, "source": "report", "report_id": exp.report_id, "hints": hints,
@@ -203,12 +207,15 @@ class OpenClawRecipe(Recipe):
         if not d.trains:
             return "retired", entry, None
         problem = capture_problem(rec, self.top_logprobs)
-        if problem == "no_tokens":
+        if problem in ("no_tokens", "bad_tokens"):
             return problem, entry, None
         entry["lag"] = lineage.lag_of(head, rec.release_id)
         if entry["lag"] > self.max_staleness:
             return "stale", entry, None
         topk = None if problem else [[int(pair[0]) for pair in tok] for tok in rec.top_logprobs]
+        if vocab_size is not None and max(*rec.prompt_token_ids, *rec.response_token_ids,
+                                           *(i for ids in topk or [] for i in ids)) >= vocab_size:
+            return "bad_tokens", entry, None  # recorded from another model than training loads
         from .algorithm import TrainTurn
 
         turn = TrainTurn(record_id=rec.id, prompt_ids=list(rec.prompt_token_ids),
@@ -223,8 +230,10 @@ class OpenClawRecipe(Recipe):
         head = lineage.continued_head(self.lineages, batch.scenario, current, ctx.log, ctx)
         head, reset = lineage.keep_up(self.lineages, batch.scenario, head, current, self.max_staleness, ctx.log, ctx)
         entries, turns, dropped = [], [], {}
+        served = trainable_base(ctx.runtime)
+        vocab_size = vocab_size_of(served.base_model().path) if served is not None else None
         for exp in batch:
-            reason, entry, turn = self.turn_of(exp, head)
+            reason, entry, turn = self.turn_of(exp, head, vocab_size)
             entries.append(entry)
             if reason:
                 dropped[reason] = dropped.get(reason, 0) + 1

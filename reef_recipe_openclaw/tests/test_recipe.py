@@ -213,3 +213,29 @@ def test_a_backlog_of_batches_trains_one_learner_step_each_for_one_candidate(tmp
     assert "loss by optimizer step " + ", ".join(f"{s['loss']:.4f}" for s in metrics["steps_detail"]) in cand.summary
     with pytest.raises(ValueError, match="max_batches"):
         OpenClawRecipe(max_batches=0)
+
+
+def test_odd_experience_is_skipped_with_a_reason_not_fatal_to_the_step(tokenizer):
+    """A client may post metadata under the judge's key, huge feedback, and records from another
+    runtime or model: none of them may fail the step (it came back at every step, for good)."""
+    from reef_recipe_openclaw.prm import MAX_HINT_CHARS
+
+    recipe = OpenClawRecipe(lora_rank=4, lora_alpha=8)
+    for vote in (5, "x", True, None):
+        forged = _turn(tokenizer, 7, "q", "a", score=None, meta={"eval_score": vote, "hints": ["a hint long enough"]})
+        assert recipe.turn_of(forged)[0] == "bad_metadata"
+    long = _turn(tokenizer, 8, "q", "a", score=1.0, feedback="x" * 5_000_000)
+    reason, entry, turn = recipe.turn_of(long)
+    assert reason is None and [len(h) for h in turn.hints] == [MAX_HINT_CHARS] and len(entry["hints"][0]) == MAX_HINT_CHARS
+    out_of_vocab = _turn(tokenizer, 9, "q", "a", score=1.0)
+    assert recipe.turn_of(out_of_vocab, vocab_size=len(tokenizer))[0] is None
+    assert recipe.turn_of(out_of_vocab, vocab_size=3)[0] == "bad_tokens"  # recorded from another model
+    from dataclasses import replace
+
+    def spoilt(**fields):
+        exp = _turn(tokenizer, 10, "q", "a", score=1.0)
+        return replace(exp, records=(replace(exp.records[0], **fields),))
+
+    rec = out_of_vocab.records[0]
+    assert recipe.turn_of(spoilt(logprobs=[None] * len(rec.logprobs)))[0] == "bad_tokens"  # a third-party runtime's
+    assert recipe.turn_of(spoilt(top_logprobs=[[[-1, -0.5]] for _ in rec.top_logprobs]))[0] == "bad_tokens"
