@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reef_core import ActiveRelease, Batch, Candidate, Recipe, RecipeContext, refuse_bad_options, require_trainable
-from reef_train import LoraOptions, learner_option_problems, lineage, read_learner_state
+from reef_train import (
+    LoraOptions,
+    learner_option_problems,
+    lineage,
+    read_learner_state,
+    recorded_tokens_problem,
+    vocab_size_of,
+)
 from reef_train.backend import make_trainer
 
 from .grid import GridError, barrier, informative_groups
@@ -105,9 +112,7 @@ class TTTDRecipe(Recipe):
         try:
             grid = barrier(list(batch), self.groups, self.rollouts)
         except GridError as exc:
-            ctx.skip(f"the batch is not a training grid: {exc}", "no_usable_rollout")
-            ctx.log.warning("tttd: the batch is rejected and does not train: %s", exc)
-            return None
+            return self._not_a_grid(ctx, str(exc))
         rewards = grid.group_rewards()
         keep, removed = informative_groups(rewards)
         flat = [r for rs in rewards for r in rs]
@@ -138,7 +143,10 @@ class TTTDRecipe(Recipe):
                 exp = grid.cells[(g, r)]
                 rollout = _rollout(exp)
                 if isinstance(rollout, str):
-                    raise GridError(f"report {exp.report_id} (step {grid.step}, group {g}, rollout {r}): {rollout}")
+                    where = f"report {exp.report_id} (step {grid.step}, group {g}, rollout {r}): {rollout}"
+                    if rollout.startswith(NO_TOKENS):  # the runtime's configuration: an error says what to change
+                        raise GridError(where)
+                    return self._not_a_grid(ctx, where)  # this batch's data: skipped, or it came back every step
                 group.append(rollout)
             groups.append(group)
         head = lineage.continued_head(self.lineages, batch.scenario, current, ctx.log, ctx)
@@ -155,6 +163,10 @@ class TTTDRecipe(Recipe):
         metrics.update(lineage_lag_max=max(lags, default=0), lineage_lag_mean=sum(lags) / len(lags) if lags else 0.0)
         runtime = require_trainable(ctx.runtime, ctx.recipe)
         base = runtime.base_model()
+        vocab_size = vocab_size_of(base.path)
+        if vocab_size is not None and any(max(*r.prompt_ids, *r.response_ids) >= vocab_size for g in groups for r in g):
+            return self._not_a_grid(ctx, f"grid step {grid.step} holds token ids outside the base model's vocabulary of "
+                                         f"{vocab_size} (recorded from another model than training loads)")
         adapter, learner_dir, source = lineage.learner_source(head, current, runtime, "tttd")
         if kl_only and adapter is None:
             return self._nothing_to_learn(ctx, grid.step, "and the policy is the base model (no adapter yet)")
@@ -197,6 +209,14 @@ class TTTDRecipe(Recipe):
         )
 
     @staticmethod
+    def _not_a_grid(ctx: RecipeContext, why: str) -> None:
+        """Skip a batch that cannot train (a broken grid, a rollout without usable tokens): raised,
+        the step would hand the same batch back at the next step, for good."""
+        ctx.skip(f"the batch is not a training grid: {why}", "no_usable_rollout")
+        ctx.log.warning("tttd: the batch is rejected and does not train: %s", why)
+        return None
+
+    @staticmethod
     def _nothing_to_learn(ctx: RecipeContext, step: int, why: str) -> None:
         ctx.skip(f"nothing to learn: every group of grid step {step} has a constant reward (no reward signal) {why}; "
                  "the lineage did not move", "nothing_to_learn")
@@ -204,14 +224,19 @@ class TTTDRecipe(Recipe):
         return None
 
 
+NO_TOKENS = "its record carries no token ids and sampling logprobs"
+
+
 def _rollout(exp: Any) -> Rollout | str:
     if len(exp.records) != 1:
         return f"quotes {len(exp.records)} records; a rollout is exactly one"
     rec = exp.records[0]
     prompt, response, logprobs = rec.prompt_token_ids, rec.response_token_ids, rec.logprobs
-    if not prompt or not response or logprobs is None or len(logprobs) != len(response):
-        return ("its record carries no token ids and sampling logprobs; serve a trainable runtime "
-                "(runtime=local) or use variant=search-only")
+    problem = recorded_tokens_problem(prompt, response, logprobs)
+    if problem == "no_tokens":
+        return NO_TOKENS + "; serve a trainable runtime (runtime=local) or use variant=search-only"
+    if problem:
+        return "its record's token ids or sampling logprobs are malformed (not ids, or logprobs not finite and <= 0)"
     from .algorithm import Rollout
 
     return Rollout(prompt_ids=list(prompt), response_ids=list(response), logprobs=[float(x) for x in logprobs],

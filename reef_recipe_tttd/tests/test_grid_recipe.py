@@ -136,6 +136,21 @@ def test_records_without_tokens_say_what_to_do(tmp_path, trainable_runtime):
         recipe.propose(batch, None, recipe_context(tmp_path, None, recipe="tttd", runtime=trainable_runtime))
 
 
+@pytest.mark.parametrize("tokens, why", [
+    (([1, 2], [3, 4], [-0.1, None]), "malformed"),  # a third-party runtime's logprob
+    (([1, -2], [3, 4], [-0.1, -0.2]), "malformed"),
+    (([1, 2], [3, 10**6], [-0.1, -0.2]), "outside the base model's vocabulary"),  # another model's ids
+])
+def test_a_grid_with_unusable_tokens_is_skipped_not_raised(tmp_path, trainable_runtime, tokens, why):
+    """Raised, the step handed the same batch back at every next step, for good."""
+    recipe = TTTDRecipe(groups_per_step=1, rollouts_per_group=2)
+    good = ([1, 2], [3, 4], [-0.1, -0.2])
+    batch = Batch(SCENARIO, scored_grid([[0.1, 0.9]], tokens=[[good, tokens]]))
+    ctx = recipe_context(tmp_path, None, recipe="tttd", runtime=trainable_runtime)
+    assert recipe.propose(batch, None, ctx) is None
+    assert why in ctx.skip_reason
+
+
 def test_options_are_checked():
     with pytest.raises(ValueError, match="variant"):
         TTTDRecipe(variant="ppo")
