@@ -7,8 +7,10 @@
    candidate's row in the same transaction), so no record trains two candidates at the same
    time — not in two workers, not across a restart.
 3. Grow: ``recipe.propose(batch, current, ctx)`` in a thread. If it raises, the
-   consumption is released (the experience trained nothing); if it returns None the batch
-   stays consumed (it taught nothing and must not re-trigger forever). A server that stops
+   experience returns to the pool under the return rule, counting the attempt (an item the
+   recipe keeps failing on is spent after ``loop.max_attempts`` instead of coming back at every
+   step); if it returns None the batch stays consumed (it taught nothing and must not
+   re-trigger forever). A server that stops
    mid-step does not wait for the recipe or the gate to finish (``reef_core.grow.stoppable``):
    they are asked to stop, and the candidate is settled as an interrupted one (below) at once.
 4. Commit: the gate evaluates fail-closed; its verdict, the evaluation's episodes and — for a
@@ -255,10 +257,15 @@ async def _propose(reef: Reef, plan: ScenarioPlan, batch: Batch, current: Any, r
         if proposed is not None:
             staged, chash = await asyncio.to_thread(stage_candidate, proposed.artifact_dir, staged_dir)
     except Exception as exc:  # a recipe failure is reported, the server goes on
-        await asyncio.to_thread(store.release_consumption, row.id)
+        # The experience returns under the return rule and the attempt counts: released as if
+        # never taken, an item the recipe fails on came back at every step, and held the
+        # scenario's learning for good (an item is spent after ``loop.max_attempts``).
         reason = f"recipe {recipe_name!r} failed: {type(exc).__name__}: {exc}"
         log.warning("%s: %s", batch.scenario, reason, exc_info=not isinstance(exc, ReefError))
-        await _finish(store, row, status="error", decision="error", reason=reason, result=result)
+        row.status, row.reason, row.decision = "error", reason, "error"
+        await asyncio.to_thread(store.update_candidate, row.id, status="error", reason=reason, decision="error",
+                                return_experience=reef.settings.loop.max_attempts)
+        result.outcome, result.reason = "error", reason
         return None
     if proposed is None:
         why = f": {ctx.skip_reason}" if ctx.skip_reason else ""

@@ -175,11 +175,12 @@ class AlwaysReject:
         return Decision("reject", "the candidate never wins")
 
 
-def _kernel(tmp_path, store_url: str, **loop: object):
+def _kernel(tmp_path, store_url: str, recipe: str = "new_rule", **loop: object):
     add_plugin("recipe", "new_rule", NewRuleRecipe)
+    add_plugin("recipe", "failing", FailingRecipe)
     add_plugin("evaluator", "always_reject", AlwaysReject)
     config = feedback_rules_config(loop_enabled=False, evaluator={"name": "always_reject"})
-    config["recipe"] = {"name": "new_rule", "batch_size": 1}
+    config["recipe"] = {"name": recipe, "batch_size": 1}
     config["loop"].update(loop)
     config["record_store"] = {"url": store_url}
     return build_reef(settings_for(tmp_path, Down, config), get_plugins(), background=False)
@@ -195,6 +196,25 @@ def test_a_candidate_that_always_loses_stops_after_max_attempts(tmp_path, store_
     assert recipe.batches == [[rpt]] * 3
     assert reef.store.consumption_states([rec, rpt]) == {rec: ("spent", 3), rpt: ("spent", 3)}
     assert [c.status for c in reef.store.list_candidates("default")] == ["rejected"] * 3
+
+
+class FailingRecipe(NewRuleRecipe):
+    """A recipe that fails on this batch (an item it cannot read, a bug)."""
+
+    def propose(self, batch, current, ctx):
+        self.batches.append(batch.report_ids)
+        raise ValueError("cannot read this item")
+
+
+def test_a_recipe_that_fails_on_a_batch_spends_it_after_max_attempts(tmp_path, store_url):
+    """Released as if never taken, a batch the recipe fails on came back at every step and held
+    the scenario's learning for good; it returns under the return rule, counting the attempt."""
+    reef = _kernel(tmp_path, store_url, "failing", retry_after_new=0, max_attempts=2)
+    rec, rpt = _seed(reef.store, scenario="default")
+    steps = grow_steps(reef, 3)
+    assert [s.outcome for s in steps] == ["error", "error", "nothing"], [s.reason for s in steps]
+    assert "cannot read this item" in steps[0].reason
+    assert reef.store.consumption_states([rec, rpt]) == {rec: ("spent", 2), rpt: ("spent", 2)}
 
 
 def test_growth_retries_rejected_experience_once_new_reports_arrived(tmp_path, store_url):
