@@ -232,3 +232,41 @@ async def test_lazy_start_and_missing_model_error(tiny_model_dir, tmp_path):
 
     with pytest.raises(ModelLoadError, match="config.json"):
         await LocalRuntime(model=str(tmp_path)).start()
+
+
+# ---------------------------------------------------------------------------- one client cannot break the batch
+
+
+async def _beside_a_running_request(runtime, odd: InferenceCall) -> asyncio.Task:
+    """Send ``odd`` while another request is mid-generation; check that one ends well and return
+    ``odd``'s task."""
+    gate = Gate(runtime.engine, lambda row: len(row.tokens) == 2)
+    running = asyncio.create_task(runtime.complete(call("hello", temperature=0, max_tokens=12)))
+    await gate.wait()  # a sequence is mid-generation when the odd request arrives
+    task = asyncio.create_task(runtime.complete(odd))
+    await asyncio.sleep(0.05)
+    gate.open()
+    assert (await asyncio.wait_for(running, 30))["usage"]["completion_tokens"] >= 1
+    return task
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("seed", [2**64, -(2**63) - 1, 10**30])
+async def test_any_integer_seed_samples_and_spares_the_running_batch(runtime, seed):
+    odd = await _beside_a_running_request(runtime, call("hi", temperature=1.0, seed=seed, max_tokens=4))
+    try:
+        out = await asyncio.wait_for(odd, 30)
+    except RuntimeCallError as exc:  # a 400 would do; a 500 or no answer would not
+        assert exc.status == 400
+    else:
+        assert out["usage"]["completion_tokens"] >= 1
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("temperature", [1e-40, 5e-324])
+async def test_a_vanishing_temperature_samples_greedily_and_spares_the_running_batch(runtime, temperature):
+    greedy = await runtime.complete(call("hi", temperature=0, max_tokens=4))
+    odd_call = call("hi", temperature=temperature, max_tokens=4)
+    out = await asyncio.wait_for(await _beside_a_running_request(runtime, odd_call), 30)
+    assert out["choices"][0]["message"]["content"] == greedy["choices"][0]["message"]["content"]
+    assert all(lp == lp and lp <= 0 for lp in odd_call.extras["logprobs"])  # no NaN
