@@ -40,7 +40,7 @@ def test_a_release_row_that_failed_to_write_is_written_by_the_follower(tmp_path,
         assert pushed.release_id != first.release_id  # published in the store, and served
         assert server.reef.serving_release("default").release_id == pushed.release_id
         wait_for(lambda: store.head_release("default").release_id == pushed.release_id,
-                 "the follower recording the release the database missed", timeout=10)
-        wait_for(lambda: announced == [pushed.release_id], "the release announced once", timeout=10)
+                 "the follower recording the release the database missed")
+        wait_for(lambda: announced == [pushed.release_id], "the release announced once")
         assert [r["release_id"] for r in client.get("/reef/scenarios/default/releases").json()["releases"]] == [
             pushed.release_id, first.release_id]
