@@ -5,6 +5,8 @@ growth step's candidate stayed ``selected``) until the next growth step or a res
 
 from __future__ import annotations
 
+import contextvars
+
 from reef_core.commit import serving as serving_module
 from reef_core.testing import FakeUpstream, ReefServer
 
@@ -22,13 +24,22 @@ def test_a_release_row_that_failed_to_write_is_written_by_the_follower(tmp_path,
         store = server.reef.store
         real = store.add_release
         calls = []
+        # the publisher's own write fails once; the follower may write the row first (it records
+        # what it finds in the store, idempotently), so the failure is the publisher's, not the first call's
+        publishing = contextvars.ContextVar("publishing", default=False)
+        activate = server.reef.releases.activate
+
+        async def publisher(stored):
+            publishing.set(True)  # asyncio.to_thread carries it into the thread that writes the row
+            return await activate(stored)
 
         def flaky(row):
-            calls.append(row.release_id)
-            if len(calls) == 1:
+            calls.append((row.release_id, publishing.get()))
+            if publishing.get() and calls.count((row.release_id, True)) == 1:
                 raise ConnectionError("the database went away")
             return real(row)
 
+        monkeypatch.setattr(server.reef.releases, "activate", publisher)
         monkeypatch.setattr(store, "add_release", flaky)
         announced = []
         told = server.reef.releases._on_published
