@@ -90,3 +90,19 @@ class PublishConflict(ConflictError):
 class StepStopped(ReefError):
     """A growth step was stopped part-way because its process is stopping (``RecipeContext.stopping``):
     nothing of it is kept."""
+
+
+def describe_error(exc: BaseException) -> str:
+    """One short line for a failed write or a store that went away, safe whatever the exception holds.
+
+    Database errors echo the statement's parameters (the record's whole body) in ``str()``;
+    formatting those can itself raise (``RecursionError`` on deeply nested values) or flood
+    the log. Only the exception's type and the first line of its message, cut short, are kept.
+    """
+    try:
+        orig = getattr(exc, "orig", None)  # SQLAlchemy wraps the driver's error
+        text = str(orig if orig is not None else exc)
+    except BaseException:  # noqa: BLE001 - a message that cannot even be formatted
+        text = ""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return f"{type(exc).__name__}: {first[:300]}" if first else type(exc).__name__

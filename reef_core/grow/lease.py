@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..commit.lineage import lineage_of
+from ..errors import describe_error
 from ..store import LEASE_CHANNEL, CandidateRow
 
 log = logging.getLogger("reef.grow")
@@ -271,9 +272,8 @@ class LeaseListener:
                             self.on_release(note.payload)
             except Exception as exc:  # the database went away: listen again shortly
                 if not down:
-                    first = (str(exc).strip().splitlines() or [""])[0][:300]
-                    log.warning("listening for growth lease releases failed (%s: %s); retrying every %.0f s "
+                    log.warning("listening for growth lease releases failed (%s); retrying every %.0f s "
                                 "(growth triggers fall back to loop.lease_poll_s meanwhile)",
-                                type(exc).__name__, first, LISTEN_RETRY_S)
+                                describe_error(exc), LISTEN_RETRY_S)
                     down = True
                 self._stop.wait(LISTEN_RETRY_S)

@@ -19,7 +19,15 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from ..commit.release_checks import ReleaseRefused
-from ..errors import ConfigError, ConflictError, ModelNotFound, NotFoundError, ReefError, RuntimeCallError
+from ..errors import (
+    ConfigError,
+    ConflictError,
+    ModelNotFound,
+    NotFoundError,
+    ReefError,
+    RuntimeCallError,
+    describe_error,
+)
 from . import jsonfast
 
 log = logging.getLogger("reef.serve")
@@ -170,12 +178,7 @@ def store_unavailable(exc: BaseException) -> str | None:
 
     if not isinstance(exc, tuple(getattr(sa_exc, kind) for kind in STORE_DOWN)) or disk_full(exc):
         return None
-    cause = getattr(exc, "orig", None) or exc
-    try:
-        first = (str(cause).strip().splitlines() or [""])[0][:300]
-    except Exception:  # noqa: BLE001 - a message that cannot be formatted
-        first = ""
-    return f"{type(cause).__name__}: {first}" if first else type(cause).__name__
+    return describe_error(exc)
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:

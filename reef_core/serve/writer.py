@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import describe_error
 from ..observe.experience import record_content_hash
 from ..store import Record, RecordStore
 from ..store.filelock import FileLock, lock_for
@@ -44,22 +45,6 @@ class WriterClosed(RuntimeError):
 
 class RecordNotStored(RuntimeError):
     """The store refused a record; the message says why in one line (no record content)."""
-
-
-def describe_error(exc: BaseException) -> str:
-    """One short line for a failed write, safe whatever the exception holds.
-
-    Database errors echo the statement's parameters (the record's whole body) in ``str()``;
-    formatting those can itself raise (``RecursionError`` on deeply nested values) or flood
-    the log. Only the exception's type and the first line of its message, cut short, are kept.
-    """
-    try:
-        orig = getattr(exc, "orig", None)  # SQLAlchemy wraps the driver's error
-        text = str(orig if orig is not None else exc)
-    except BaseException:  # noqa: BLE001 - a message that cannot even be formatted
-        text = ""
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    return f"{type(exc).__name__}: {first[:300]}" if first else type(exc).__name__
 
 
 def commit_lock_for(store: RecordStore) -> FileLock | None:
