@@ -238,17 +238,17 @@ def openai_to_anthropic(body: dict[str, Any], *, default_max_tokens: int = DEFAU
     return out
 
 
-#: A reasoning effort does not cross between OpenAI and Anthropic: each accepts one only for some
-#: of its models (OpenAI refuses ``reasoning_effort`` on gpt-4o, Anthropic ``output_config.effort``
-#: on models without it), and an agent such as Codex sends one with every turn, so a faithful copy
-#: would turn a working setup into the upstream's 400. It is a hint about thoroughness, not about
-#: what the answer must be, so it is left out (docs/serving.md says so).
-
-
 def _anthropic_output_config(body: dict[str, Any]) -> dict[str, Any]:
     """An OpenAI body's ``response_format`` as Anthropic's ``output_config.format`` (structured
     outputs with a JSON schema). What Anthropic cannot express (a JSON object without a schema) is a
-    400 naming the field."""
+    400 naming the field.
+
+    A reasoning effort does not cross between OpenAI and Anthropic (here or in
+    ``_openai_output_fields``): each accepts one only for some of its models (OpenAI refuses
+    ``reasoning_effort`` on gpt-4o, Anthropic ``output_config.effort`` on models without it), and an
+    agent such as Codex sends one with every turn, so a faithful copy would turn a working setup
+    into the upstream's 400. It is a hint about thoroughness, not about what the answer must be,
+    so it is left out (docs/serving.md says so)."""
     config: dict[str, Any] = {}
     fmt = body.get("response_format")
     kind = fmt.get("type") if isinstance(fmt, dict) else fmt
@@ -277,9 +277,9 @@ def _openai_output_fields(body: dict[str, Any]) -> dict[str, Any]:
     config = body.get("output_config")
     if config is not None and not isinstance(config, dict):
         raise ClientError("output_config: must be an object", param="output_config")
-    config = config or {}
-    fmt = config.get("format") if config.get("format") is not None else body.get("output_format")
-    param = "output_config.format" if config.get("format") is not None else "output_format"
+    fmt, param = (config or {}).get("format"), "output_config.format"
+    if fmt is None:
+        fmt, param = body.get("output_format"), "output_format"
     if fmt is not None:
         if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
             raise ClientError(f"{param}: must be {{type: json_schema, schema: {{...}}}}", param=param)
