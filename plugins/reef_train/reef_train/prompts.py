@@ -43,7 +43,7 @@ def _ids_keeping_client_text(tokenizer: Any, messages: list[dict[str, Any]], too
 
     text = tokenizer.apply_chat_template(_map_strings(messages, mark), tools=_map_strings(tools, mark),
                                          add_generation_prompt=True, tokenize=False)
-    parts = specials.split.split(text)  # text, control, text, control, ..., text
+    parts = specials.pattern.split(text)  # text, control, text, control, ..., text
     ids: list[int] = []
     for i, part in enumerate(parts):
         if i % 2:
@@ -69,9 +69,8 @@ class _Specials:
         self.ids = {s: tokens[s][0] for s in self.ordered}
         self.lstrip = {s for s in self.ordered if tokens[s][1]}
         self.rstrip = {s for s in self.ordered if tokens[s][2]}
-        alternatives = "|".join(map(re.escape, self.ordered))
-        self.pattern = re.compile(alternatives)
-        self.split = re.compile(f"({alternatives})")
+        #: any of them, as a group: ``split`` keeps the tokens it splits at
+        self.pattern = re.compile("(" + "|".join(map(re.escape, self.ordered)) + ")")
 
     def __bool__(self) -> bool:
         return bool(self.ordered)
