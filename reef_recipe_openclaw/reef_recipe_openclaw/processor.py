@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -51,27 +52,28 @@ class ProcessorOptions:
     top_k: int = 4
 
 
-def capture_problem(record: Any, top_k: int) -> str | None:
+def capture_problem(record: Any, top_k: int, vocab_size: int | None = None) -> str | None:
     """Why ``record`` cannot train OpenClaw (``no_tokens``, ``bad_tokens``, ``no_topk``), or None: it
     needs its prompt and response token ids, one sampling logprob and one top-K list per response
     token, all well formed (``reef_train.recorded_tokens_problem``; a top-K entry is ``[id, logprob]``
-    with a token id)."""
+    with a token id), every id inside the base model's vocabulary of ``vocab_size`` when it is
+    known (one recorded from another model is not)."""
     response = getattr(record, "response_token_ids", None)
     problem = recorded_tokens_problem(getattr(record, "prompt_token_ids", None), response,
-                                      getattr(record, "logprobs", None))
+                                      getattr(record, "logprobs", None), vocab_size)
     if problem:
         return problem
     top = getattr(record, "top_logprobs", None)
     if top_k > 0 and (top is None or len(top) != len(response) or any(not t for t in top)):
         return "no_topk"
-    if top is not None and not all(isinstance(t, list) and all(_top_pair(p) for p in t) for t in top):
+    if top is not None and not all(isinstance(t, list) and all(_top_pair(p, vocab_size) for p in t) for t in top):
         return "bad_tokens"
     return None
 
 
-def _top_pair(pair: Any) -> bool:
+def _top_pair(pair: Any, vocab_size: int | None) -> bool:
     return isinstance(pair, (list, tuple)) and len(pair) == 2 and isinstance(pair[0], int) \
-        and not isinstance(pair[0], bool) and pair[0] >= 0
+        and not isinstance(pair[0], bool) and 0 <= pair[0] < (vocab_size or math.inf)
 
 
 def judged_dispatch(meta: dict[str, Any]) -> Any:

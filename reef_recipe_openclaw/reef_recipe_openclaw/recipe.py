@@ -206,16 +206,13 @@ class OpenClawRecipe(Recipe):
         entry["dispatch"] = d.outcome
         if not d.trains:
             return "retired", entry, None
-        problem = capture_problem(rec, self.top_logprobs)
+        problem = capture_problem(rec, self.top_logprobs, vocab_size)
         if problem in ("no_tokens", "bad_tokens"):
             return problem, entry, None
         entry["lag"] = lineage.lag_of(head, rec.release_id)
         if entry["lag"] > self.max_staleness:
             return "stale", entry, None
         topk = None if problem else [[int(pair[0]) for pair in tok] for tok in rec.top_logprobs]
-        if vocab_size is not None and max(*rec.prompt_token_ids, *rec.response_token_ids,
-                                           *(i for ids in topk or [] for i in ids)) >= vocab_size:
-            return "bad_tokens", entry, None  # recorded from another model than training loads
         from .algorithm import TrainTurn
 
         turn = TrainTurn(record_id=rec.id, prompt_ids=list(rec.prompt_token_ids),

@@ -26,6 +26,7 @@ from reef_core import (
     RecipeContext,
     refuse_bad_options,
     require_trainable,
+    trainable_base,
 )
 from reef_train import (
     LoraOptions,
@@ -151,7 +152,8 @@ class SAORecipe(Recipe):
 
         head = lineage.continued_head(self.lineages, batch.scenario, current, ctx.log, ctx)
         head, reset = lineage.keep_up(self.lineages, batch.scenario, head, current, self.max_staleness, ctx.log, ctx)
-        rollouts, dropped = self.rollouts(batch, head)
+        served = trainable_base(ctx.runtime)
+        rollouts, dropped = self.rollouts(batch, head, vocab_size_of(served.base_model().path) if served else None)
         if not rollouts:
             only_stale = dropped["stale"] == sum(dropped.values())
             ctx.skip(f"no usable rollout in this batch ({_counts(dropped)})",
@@ -160,12 +162,6 @@ class SAORecipe(Recipe):
             return None
         runtime = require_trainable(ctx.runtime, ctx.recipe)
         base = runtime.base_model()
-        rollouts = self.in_vocabulary(rollouts, dropped, vocab_size_of(base.path))
-        if not rollouts:
-            ctx.skip(f"no usable rollout in this batch ({_counts(dropped)})", "no_usable_rollout",
-                     rollouts_stale=dropped["stale"])
-            ctx.log.info("sao: %s", ctx.skip_reason)
-            return None
         adapter, learner_dir, source = self.learner_source(head, current, runtime)
         before = read_learner_state(learner_dir, "sao") if learner_dir is not None else None
         chunks = self.steps_of(rollouts)
@@ -244,27 +240,31 @@ class SAORecipe(Recipe):
             return steps
         return [rollouts[i:i + self.step_size] for i in range(0, len(rollouts), self.step_size)]
 
-    def rollouts(self, batch: Batch, head: LineageHead | None) -> tuple[list[Rollout], dict[str, int]]:
+    def rollouts(self, batch: Batch, head: LineageHead | None,
+                 vocab_size: int | None = None) -> tuple[list[Rollout], dict[str, int]]:
         """The batch's trainable rollouts and how many experiences were left out, by reason (a
-        rollout sampled more than ``max_staleness`` lineage steps behind ``head`` is ``stale``)."""
+        rollout sampled more than ``max_staleness`` lineage steps behind ``head`` is ``stale``; one
+        whose tokens are malformed, or outside the base model's vocabulary of ``vocab_size`` when
+        it is known, e.g. recorded from another model, is ``bad_tokens``)."""
         dropped = {"multi_reference": 0, "unscored": 0, "no_tokens": 0, "bad_tokens": 0, "stale": 0}
         out = []
         for exp in batch:
-            reason, rollout = self.rollout(exp, head)
+            reason, rollout = self.rollout(exp, head, vocab_size)
             if reason:
                 dropped[reason] += 1
             else:
                 out.append(rollout)
         return out, dropped
 
-    def rollout(self, exp: Experience, head: LineageHead | None) -> tuple[str | None, Rollout | None]:
+    def rollout(self, exp: Experience, head: LineageHead | None,
+                vocab_size: int | None = None) -> tuple[str | None, Rollout | None]:
         if len(exp.records) != 1:
             return "multi_reference", None
         if exp.score is None or isinstance(exp.score, bool) or not math.isfinite(exp.score):
             return "unscored", None
         rec = exp.records[0]
         prompt, response, logprobs = rec.prompt_token_ids, rec.response_token_ids, rec.logprobs
-        problem = recorded_tokens_problem(prompt, response, logprobs)
+        problem = recorded_tokens_problem(prompt, response, logprobs, vocab_size)
         if problem:
             return problem, None
         lag = lineage.lag_of(head, rec.release_id)
@@ -275,16 +275,6 @@ class SAORecipe(Recipe):
         return None, Rollout(prompt_ids=list(prompt), response_ids=list(response), logprobs=[float(x) for x in logprobs],
                              temperature=record_temperature(rec), reward=float(exp.score), lag=lag,
                              release_id=rec.release_id)
-
-    @staticmethod
-    def in_vocabulary(rollouts: list[Rollout], dropped: dict[str, int], vocab_size: int | None) -> list[Rollout]:
-        """``rollouts`` whose token ids the base model's vocabulary holds (others, e.g. recorded
-        from another model, count as ``bad_tokens``); all of them when the size is unknown."""
-        if vocab_size is None:
-            return rollouts
-        kept = [r for r in rollouts if max(max(r.prompt_ids), max(r.response_ids)) < vocab_size]
-        dropped["bad_tokens"] += len(rollouts) - len(kept)
-        return kept
 
     # ------------------------------------------------------------------ learner state
 

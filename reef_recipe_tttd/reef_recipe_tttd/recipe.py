@@ -23,7 +23,16 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reef_core import ActiveRelease, Batch, Candidate, Recipe, RecipeContext, refuse_bad_options, require_trainable
+from reef_core import (
+    ActiveRelease,
+    Batch,
+    Candidate,
+    Recipe,
+    RecipeContext,
+    refuse_bad_options,
+    require_trainable,
+    trainable_base,
+)
 from reef_train import (
     LoraOptions,
     learner_option_problems,
@@ -136,12 +145,14 @@ class TTTDRecipe(Recipe):
         kl_only = metrics["constant_groups"] == len(rewards)
         if kl_only and self.algorithm.kl_coef == 0:
             return self._nothing_to_learn(ctx, grid.step, "and kl_coef is 0")
+        served = trainable_base(ctx.runtime)
+        vocab_size = vocab_size_of(served.base_model().path) if served is not None else None
         groups = []
         for g in keep:
             group = []
             for r in range(self.rollouts):
                 exp = grid.cells[(g, r)]
-                rollout = _rollout(exp)
+                rollout = _rollout(exp, vocab_size)
                 if isinstance(rollout, str):
                     where = f"report {exp.report_id} (step {grid.step}, group {g}, rollout {r}): {rollout}"
                     if rollout.startswith(NO_TOKENS):  # the runtime's configuration: an error says what to change
@@ -163,10 +174,6 @@ class TTTDRecipe(Recipe):
         metrics.update(lineage_lag_max=max(lags, default=0), lineage_lag_mean=sum(lags) / len(lags) if lags else 0.0)
         runtime = require_trainable(ctx.runtime, ctx.recipe)
         base = runtime.base_model()
-        vocab_size = vocab_size_of(base.path)
-        if vocab_size is not None and any(max(*r.prompt_ids, *r.response_ids) >= vocab_size for g in groups for r in g):
-            return self._not_a_grid(ctx, f"grid step {grid.step} holds token ids outside the base model's vocabulary of "
-                                         f"{vocab_size} (recorded from another model than training loads)")
         adapter, learner_dir, source = lineage.learner_source(head, current, runtime, "tttd")
         if kl_only and adapter is None:
             return self._nothing_to_learn(ctx, grid.step, "and the policy is the base model (no adapter yet)")
@@ -227,16 +234,18 @@ class TTTDRecipe(Recipe):
 NO_TOKENS = "its record carries no token ids and sampling logprobs"
 
 
-def _rollout(exp: Any) -> Rollout | str:
+def _rollout(exp: Any, vocab_size: int | None = None) -> Rollout | str:
     if len(exp.records) != 1:
         return f"quotes {len(exp.records)} records; a rollout is exactly one"
     rec = exp.records[0]
     prompt, response, logprobs = rec.prompt_token_ids, rec.response_token_ids, rec.logprobs
-    problem = recorded_tokens_problem(prompt, response, logprobs)
+    problem = recorded_tokens_problem(prompt, response, logprobs, vocab_size)
     if problem == "no_tokens":
         return NO_TOKENS + "; serve a trainable runtime (runtime=local) or use variant=search-only"
     if problem:
-        return "its record's token ids or sampling logprobs are malformed (not ids, or logprobs not finite and <= 0)"
+        return (f"its record's token ids or sampling logprobs are malformed or outside the base model's vocabulary"
+                f"{f' of {vocab_size}' if vocab_size else ''} (not ids of this model, e.g. recorded from another one, or "
+                "logprobs not finite and <= 0)")
     from .algorithm import Rollout
 
     return Rollout(prompt_ids=list(prompt), response_ids=list(response), logprobs=[float(x) for x in logprobs],
