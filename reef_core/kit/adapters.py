@@ -69,11 +69,10 @@ class AdapterTable:
     def _hold_base(self, scenario: str) -> Version:
         """Hold the base model for ``scenario`` whatever it serves (``base_release``): nothing to load."""
         with self._lock:
-            if scenario not in self._active:  # nothing activated yet: the base is what serves
-                self._active[scenario] = self._versions.setdefault((scenario, None), Version(scenario, None, BASE))
             version = self._versions.get((scenario, None))
-            if version is None:
-                version = self._versions[(scenario, None)] = Version(scenario, None, BASE, retired=True)
+            if version is None:  # what serves when nothing was activated, else a version for such calls alone
+                version = self._versions[(scenario, None)] = Version(scenario, None, BASE, retired=scenario in self._active)
+            self._active.setdefault(scenario, version)
             version.holds += 1
             return version
 
