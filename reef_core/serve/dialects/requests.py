@@ -328,6 +328,13 @@ def _anthropic_document_to_part(block: dict[str, Any], param: str) -> dict[str, 
                       f"(send a base64 PDF or text)", param=f"{param}.source")
 
 
+def tool_result_media(call_id: str, media: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat Completions user parts carrying what a tool's result held besides text (its images,
+    documents): a ``tool`` message holds text only, so they follow the turn's tool messages in a
+    user message, introduced by the call they belong to."""
+    return [{"type": "text", "text": f"(attached to the result of tool call {call_id}:)"}, *media]
+
+
 def _openai_content(parts: list[dict[str, Any]]) -> Any:
     """Collapse all-text parts to one string (what every OpenAI-compatible server accepts)."""
     if all(p["type"] == "text" for p in parts):
@@ -393,7 +400,7 @@ def anthropic_to_openai(body: dict[str, Any]) -> dict[str, Any]:
                                      for k, r in enumerate(result) if isinstance(r, dict) and r.get("type") != "text")
                          if p is not None] if isinstance(result, list) else []
                 if media:
-                    parts += [{"type": "text", "text": f"(attached to the result of tool call {call_id}:)"}, *media]
+                    parts += tool_result_media(call_id, media)
             else:
                 p = _anthropic_block_to_part(b, f"messages.{i}.content.{j}")
                 if p is not None:

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from ..errors import ClientError
-from .requests import _text_of
+from .requests import _text_of, tool_result_media
 from .streams import ToolIndex
 
 Event = dict[str, Any]
@@ -199,7 +199,7 @@ def responses_to_chat(body: dict[str, Any]) -> dict[str, Any]:
                 output = "\n".join(p["text"] for p in parts if p["type"] == "text")
             messages.append({"role": "tool", "tool_call_id": call_id, "content": _output_text(output)})
             if media:  # after this turn's tool messages, which must follow their calls unbroken
-                tool_media += [{"type": "text", "text": f"(attached to the result of tool call {call_id}:)"}, *media]
+                tool_media += tool_result_media(call_id, media)
             continue
         elif kind == "reasoning":
             continue  # a chat upstream has no place for reasoning items (often encrypted anyway)
