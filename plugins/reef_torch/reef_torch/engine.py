@@ -296,8 +296,7 @@ class GenerationEngine:
             log.exception("prefill failed")
             self.kv.abort()
             for req in reqs:
-                self._leave(req)
-                req.sink("error", exc)
+                self._finish_error(req, exc)
             return
         self.kv.commit()
         self._merge(rows, _left_aligned_mask([len(r.prompt_ids) for r in reqs], width, self.device))
@@ -492,19 +491,19 @@ class GenerationEngine:
             except Exception:
                 log.exception("on_leave callback failed")
 
-    def _finish_error(self, row: _Row, exc: BaseException) -> None:
-        self._leave(row.req)
-        row.req.sink("error", exc)
+    def _finish_error(self, req: GenerationRequest, exc: BaseException) -> None:
+        self._leave(req)
+        req.sink("error", exc)
 
     def _fail_all(self, exc: BaseException) -> None:
         for row in self._rows:
-            self._finish_error(row, exc)
+            self._finish_error(row.req, exc)
         self._clear_batch()
 
     def _shutdown(self) -> None:
         err = RuntimeError("the local runtime is shutting down; retry on another server")
         for row in self._rows:
-            self._finish_error(row, err)
+            self._finish_error(row.req, err)
         self._clear_batch()
         with self._cond:
             pending, self._pending = list(self._pending), deque()
