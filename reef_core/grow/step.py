@@ -221,10 +221,8 @@ async def _step(reef: Reef, plan: ScenarioPlan, trigger: str, progress: Any, res
             # not decided: the experience trained nothing that serves; it returns to the pool
             # under the return rule, and counts as an attempt, so a step that keeps failing
             # here cannot retry it forever
-            row.status, row.reason, row.decision = "error", reason, "error"
-            await asyncio.to_thread(store.update_candidate, cid, status="error", reason=reason, decision="error",
-                                    return_experience=returned_unless_trained(reef, plan))
-            result.outcome, result.reason = "error", reason
+            await _finish(store, row, status="error", decision="error", reason=reason, result=result,
+                          return_experience=returned_unless_trained(reef, plan))
         elif row.status == "proposed":
             # nothing was proposed yet: the experience trained nothing and may train again
             await asyncio.to_thread(store.release_consumption, cid)
@@ -262,10 +260,8 @@ async def _propose(reef: Reef, plan: ScenarioPlan, batch: Batch, current: Any, r
         # scenario's learning for good (an item is spent after ``loop.max_attempts``).
         reason = f"recipe {recipe_name!r} failed: {type(exc).__name__}: {exc}"
         log.warning("%s: %s", batch.scenario, reason, exc_info=not isinstance(exc, ReefError))
-        row.status, row.reason, row.decision = "error", reason, "error"
-        await asyncio.to_thread(store.update_candidate, row.id, status="error", reason=reason, decision="error",
-                                return_experience=reef.settings.loop.max_attempts)
-        result.outcome, result.reason = "error", reason
+        await _finish(store, row, status="error", decision="error", reason=reason, result=result,
+                      return_experience=reef.settings.loop.max_attempts)
         return None
     if proposed is None:
         why = f": {ctx.skip_reason}" if ctx.skip_reason else ""
@@ -449,9 +445,11 @@ async def _settle_failed_publish(reef: Reef, cid: str, scenario: str, reason: st
 
 
 async def _finish(store: Any, row: CandidateRow, *, status: str, reason: str, result: StepResult,
-                  decision: str | None = None, outcome: str = "error") -> None:
-    """Record how a candidate ends before a verdict (it was stored as ``proposed``)."""
+                  decision: str | None = None, outcome: str = "error", return_experience: int | None = None) -> None:
+    """Record how a candidate ends before a verdict (it was stored as ``proposed``), its experience
+    returned under the return rule with ``return_experience`` (``loop.max_attempts``)."""
     row.status, row.reason, row.decision = status, reason, decision
     decided = {"decision": decision} if decision else {}  # a decision stamps decided_at
-    await asyncio.to_thread(store.update_candidate, row.id, status=status, reason=reason, **decided)
+    await asyncio.to_thread(store.update_candidate, row.id, status=status, reason=reason,
+                            return_experience=return_experience, **decided)
     result.outcome, result.reason = outcome, reason
