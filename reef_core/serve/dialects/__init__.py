@@ -23,7 +23,7 @@ from ..errors import ClientError
 from . import requests as _requests
 from . import responses as _responses
 from . import streams as _streams
-from .responses import usage_summary as _usage_summary
+from .responses import usage_summary
 from .responses_api import (
     TERMINAL_EVENTS,
     Chained,
@@ -120,11 +120,6 @@ def _runtime_shape(translate: Any, body: dict[str, Any]) -> dict[str, Any]:
 def stream_assembler(dialect: str) -> Any:
     """What folds ``dialect`` stream events into the non-streamed body (what records keep)."""
     return ResponsesAssembler() if dialect == "responses" else _streams.StreamAssembler(dialect)
-
-
-def usage_summary(body: Any, dialect: str) -> dict[str, Any] | None:
-    """Usage of a response in one shape for records: input/output/total tokens (+ cached)."""
-    return _usage_summary(body, dialect)
 
 
 StreamAssembler = _streams.StreamAssembler
